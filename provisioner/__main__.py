@@ -1,0 +1,5 @@
+"""Allow ``python -m provisioner``."""
+
+from provisioner.cli import main
+
+main()

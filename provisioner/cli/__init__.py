@@ -1,0 +1,48 @@
+"""The `provision` command: a thin Typer layer over the core (parse -> core -> console)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from provisioner import __version__
+from provisioner.cli import inventory
+from provisioner.cli.common import STATE
+
+app = typer.Typer(
+    name="provision",
+    help="Take racks of GPU servers from bare metal to a GPU Kubernetes cluster.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals may hold credentials
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"provision {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", help="Plain output.")] = False,
+) -> None:
+    """Exit codes: 0 ok, 1 internal, 2 usage, 3 inventory, 4 budget, 5 BMC, 6 render,
+    7 playbook, 8 state, 130 interrupted."""
+    STATE.debug = debug
+    STATE.no_color = no_color
+
+
+app.command()(inventory.validate)
+app.command()(inventory.power)
+app.command()(inventory.catalog)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,75 @@
+"""Helpers shared by the command modules: site resolution and error-to-exit-code mapping."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, ParamSpec, TypeVar
+
+import typer
+
+from provisioner.console import Console
+from provisioner.errors import ExitCode, ProvisionerError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+SITE_ENV = "PROVISION_SITE"
+DEFAULT_SITE = Path("inventories/example")
+
+SiteArg = Annotated[
+    Path | None,
+    typer.Argument(
+        help="Site inventory: a directory of YAML files or one file. "
+        f"Default: ${SITE_ENV}, else the embedded example site (inventories/example).",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (for CI).")]
+
+
+def resolve_site(arg: Path | None) -> Path:
+    """The site to use: the argument, $PROVISION_SITE, or the embedded example."""
+    if arg is not None:
+        return arg
+    env = os.environ.get(SITE_ENV)
+    if env:
+        return Path(env)
+    if DEFAULT_SITE.exists():
+        return DEFAULT_SITE
+    return Path(__file__).resolve().parents[2] / DEFAULT_SITE
+
+
+class State:
+    """Global options, kept on the Typer context."""
+
+    debug: bool = False
+    no_color: bool = False
+
+
+STATE = State()
+
+
+def console(json_mode: bool = False) -> Console:
+    return Console(json_mode=json_mode, no_color=STATE.no_color)
+
+
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn a ProvisionerError into one clear message and its exit code (traceback with --debug)."""
+
+    @wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except ProvisionerError as exc:
+            if STATE.debug:
+                raise
+            console().error(exc)
+            raise typer.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            console().err.print("interrupted")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+    return wrapper

@@ -1,0 +1,128 @@
+"""All terminal output: rich tables for people, stable JSON for CI.
+
+The core returns data; only this module decides how it looks. Errors go to stderr so that
+`--json` on stdout stays parseable.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rich.console import Console as RichConsole
+from rich.markup import escape
+from rich.table import Table
+
+from provisioner.errors import ProvisionerError
+from provisioner.inventory.findings import Finding, Severity
+from provisioner.inventory.models import BlockType
+from provisioner.power import BudgetReport, RackBudget
+
+
+class Console:
+    def __init__(self, *, json_mode: bool = False, quiet: bool = False,
+                 no_color: bool = False) -> None:
+        self.json_mode = json_mode
+        self.quiet = quiet
+        # Pipes and CI logs get a wide fixed width instead of rich's 80 columns.
+        width = None if sys.stdout.isatty() else 160
+        self.out = RichConsole(highlight=False, no_color=no_color, soft_wrap=True, width=width)
+        self.err = RichConsole(stderr=True, highlight=False, no_color=no_color, soft_wrap=True,
+                               width=width)
+
+    # -------------------------------------------------------------- generic
+
+    def emit_json(self, data: Mapping[str, Any]) -> None:
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+        sys.stdout.flush()
+
+    def info(self, text: str) -> None:
+        if not self.quiet and not self.json_mode:
+            self.out.print(text)
+
+    def error(self, exc: ProvisionerError) -> None:
+        findings: Iterable[Finding] = getattr(exc, "findings", None) or []
+        findings = list(findings)
+        if findings:
+            for f in findings:
+                self.err.print(self._finding_line(f))
+        else:
+            self.err.print(f"[bold red]error:[/] {escape(str(exc))}")
+
+    def _finding_line(self, f: Finding) -> str:
+        color = "red" if f.severity is Severity.ERROR else "yellow"
+        where = f"{escape(str(f.location))}: " if f.location else ""
+        hint = f" [dim](hint: {escape(f.hint)})[/]" if f.hint else ""
+        return f"{where}[{color}]{f.severity.value}[/]: {escape(f.message)}{hint}"
+
+    # -------------------------------------------------------------- validate
+
+    def findings(self, findings: list[Finding]) -> None:
+        for f in findings:
+            self.out.print(self._finding_line(f))
+
+    # -------------------------------------------------------------- power
+
+    def power_report(self, report: BudgetReport) -> None:
+        table = Table(title=f"Site {report.site}: rack budgets ({report.basis} power)",
+                      title_justify="left")
+        for col, just in (("rack", "left"), ("U used/free", "right"), ("load W", "right"),
+                          ("load VA", "right"), ("usable VA", "right"), ("util", "right"),
+                          ("heat BTU/h", "right"), ("airflow CFM", "right"),
+                          ("cooling headroom W", "right"), ("status", "left")):
+            table.add_column(col, justify=just)  # type: ignore[arg-type]
+        for r in report.racks:
+            table.add_row(
+                r.name, f"{r.used_u}/{r.free_u}", f"{r.load_w:,.0f}", f"{r.load_va:,.0f}",
+                f"{r.usable_va:,.0f} ({r.redundancy})", f"{r.utilization:.0%}",
+                f"{r.heat_btu_h:,.0f}", f"{r.airflow_required_cfm:,.0f}",
+                f"{r.cooling_headroom_w:,.0f}", self._status(r),
+            )
+        self.out.print(table)
+        for r in report.racks:
+            feeds = "; ".join(
+                f"{f.name}: {f.phase}-phase {f.voltage_v:g} V/{f.breaker_a:g} A = "
+                f"{f.capacity_va:,.0f} VA, x{f.derating:g} = {f.usable_va:,.0f} VA usable"
+                for f in r.feeds)
+            self.out.print(f"[bold]{r.name}[/] feeds: {feeds}")
+            if r.redundancy == "2N":
+                self.out.print("  2N: each feed must carry the whole rack, so usable capacity "
+                               "is one feed's, not the sum")
+            for f in r.failures:
+                self.out.print(f"  [red]over budget[/] ({f.check}): {escape(f.message)}")
+            if r.estimated_blocks:
+                self.out.print(f"  [yellow]estimate:[/] power of {', '.join(r.estimated_blocks)}"
+                               " has no vendor source; see the catalog")
+        self.out.print("[dim]Heat = W x 3.412 BTU/h; airflow = W x 3.412 / (1.085 x dT F), "
+                       "dT per rack (default 20 F). Load VA = W / power factor.[/]")
+
+    @staticmethod
+    def _status(r: RackBudget) -> str:
+        if r.ok:
+            return "[green]ok[/]"
+        return "[red]OVER: " + ", ".join(sorted({f.check for f in r.failures})) + "[/]"
+
+    # -------------------------------------------------------------- catalog
+
+    def catalog(self, blocks: Iterable[BlockType]) -> None:
+        table = Table(title="Building-block catalog", title_justify="left")
+        for col in ("name", "kind", "U", "nodes", "max W", "typical W", "PSUs", "GPUs",
+                    "NVSwitch", "airflow CFM"):
+            table.add_column(col)
+        for b in blocks:
+            est = set(b.estimated)
+            table.add_row(
+                b.name, b.kind.value, str(b.rack_units), str(b.nodes_per_chassis),
+                f"{b.max_power_w:,.0f}" + ("*" if "max_power_w" in est else ""),
+                f"{b.typical_power_w:,.0f}" + ("*" if "typical_power_w" in est else ""),
+                (f"{b.psu.count}x{b.psu.rating_w:,.0f} {b.psu.redundancy}"
+                 + ("*" if "psu" in est else "")) if b.psu else "-",
+                f"{b.gpu.count}x {b.gpu.model} ({b.gpu.architecture.value})" if b.gpu else "-",
+                "yes" if b.nvswitch else "no",
+                f"{b.airflow_cfm:,.0f}" if b.airflow_cfm else "-",
+            )
+        self.out.print(table)
+        self.out.print("[dim]* estimate: no vendor figure found; sources are cited in "
+                       "provisioner/inventory/catalog.yaml[/]")

@@ -1,0 +1,84 @@
+"""One exception hierarchy; each class carries the process exit code the CLI maps it to.
+
+The core raises these and never exits; the CLI turns them into one clear line and the code.
+Messages must never contain secrets: callers pass names and references, not values.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+
+class ExitCode(IntEnum):
+    """Documented exit codes (README "Exit codes")."""
+
+    OK = 0
+    INTERNAL = 1
+    CONFIG = 2
+    INVENTORY = 3
+    BUDGET = 4
+    BMC = 5
+    RENDER = 6
+    PLAYBOOK = 7
+    STATE = 8
+    INTERRUPTED = 130
+
+
+class ProvisionerError(Exception):
+    """Root of every error the tool reports to a user."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, message: str, *, hint: str | None = None, **context: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.context = context
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message} (hint: {self.hint})"
+
+
+class ConfigError(ProvisionerError):
+    """Wrong command-line usage or tool configuration (not the inventory)."""
+
+    exit_code = ExitCode.CONFIG
+
+
+class InventoryError(ProvisionerError):
+    """The site inventory cannot be loaded or is invalid; carries the findings."""
+
+    exit_code = ExitCode.INVENTORY
+
+    def __init__(self, message: str, *, findings: list[Any] | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.findings = findings or []
+
+
+class BudgetError(ProvisionerError):
+    """A rack is over its power, cooling or space budget."""
+
+    exit_code = ExitCode.BUDGET
+
+
+class BmcError(ProvisionerError):
+    """A BMC operation failed; subclasses say how."""
+
+    exit_code = ExitCode.BMC
+
+
+class RenderError(ProvisionerError):
+    exit_code = ExitCode.RENDER
+
+
+class PlaybookError(ProvisionerError):
+    exit_code = ExitCode.PLAYBOOK
+
+
+class StateError(ProvisionerError):
+    exit_code = ExitCode.STATE
+
+
+class Interrupted(ProvisionerError):
+    exit_code = ExitCode.INTERRUPTED

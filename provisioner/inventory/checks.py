@@ -1,0 +1,418 @@
+"""Cross-object checks of a loaded site. No I/O: this runs before anything touches hardware.
+
+Each check yields Findings with a key path; locations are resolved only for findings.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from ipaddress import IPv4Address, ip_address
+
+from provisioner import power
+from provisioner.inventory import compat
+from provisioner.inventory.findings import Category, Finding, Severity
+from provisioner.inventory.loader import KeyPath, LoadedSite
+from provisioner.inventory.models import (
+    OPEN_ONLY_ARCHS,
+    PROPRIETARY_ONLY_ARCHS,
+    BlockKind,
+    Network,
+    NetworkKind,
+    Role,
+)
+
+Emit = Callable[..., None]
+
+
+def default_roles(kind: BlockKind) -> tuple[Role, ...]:
+    """Roles a node gets when the inventory names none, by the kind of its block."""
+    return {
+        BlockKind.GPU_SERVER: (Role.WORKER,),
+        BlockKind.COMPUTE: (Role.WORKER,),
+        BlockKind.HCI: (Role.WORKER,),
+        BlockKind.STORAGE: (Role.STORAGE,),
+        BlockKind.SWITCH: (Role.SWITCH,),
+    }[kind]
+
+
+class _Collector:
+    def __init__(self, loaded: LoadedSite) -> None:
+        self.loaded = loaded
+        self.findings: list[Finding] = []
+
+    def __call__(self, code: str, path: KeyPath, message: str, hint: str | None = None, *,
+                 severity: Severity = Severity.ERROR, category: Category = Category.INVENTORY,
+                 at_key: bool = False) -> None:
+        loc = self.loaded.sources.locate(path, at_key=at_key)
+        self.findings.append(Finding(code, severity, message, hint, loc, category))
+
+
+def check(loaded: LoadedSite, basis: power.Basis = "nameplate") -> list[Finding]:
+    """All findings for a site, errors and warnings, in inventory order within each check."""
+    emit = _Collector(loaded)
+    emit.findings.extend(loaded.warnings)
+    for fn in (_placements, _uniqueness, _networks, _credentials, _software, _kubernetes):
+        fn(loaded, emit)
+    _budgets(loaded, emit, basis)
+    return emit.findings
+
+
+# ---------------------------------------------------------------- placements and racks
+
+
+def _placements(loaded: LoadedSite, emit: Emit) -> None:
+    site, catalog = loaded.site, loaded.catalog
+    racks = {r.name: r for r in site.racks}
+    seen_rack: set[str] = set()
+    for i, r in enumerate(site.racks):
+        if r.name in seen_rack:
+            emit("duplicate-rack", ("racks", i, "name"), f"rack '{r.name}' is defined twice",
+                 "give every rack a unique name")
+        seen_rack.add(r.name)
+        if r.reserved_u >= r.height_u:
+            emit("u-out-of-range", ("racks", i, "reserved_u"),
+                 f"reserved_u {r.reserved_u} leaves no space in a {r.height_u} U rack")
+    occupied: dict[str, dict[int, int]] = {}  # rack -> U -> placement index
+    for i, p in enumerate(site.placements):
+        block = catalog.get(p.block)
+        if block is None:
+            close = difflib.get_close_matches(p.block, list(catalog), n=1)
+            emit("unknown-block", ("placements", i, "block"),
+                 f"unknown block type '{p.block}'",
+                 f"did you mean '{close[0]}'?" if close
+                 else "use a block from `provision catalog` or add it under catalog:")
+            continue
+        rack = racks.get(p.rack)
+        if rack is None:
+            emit("unknown-rack", ("placements", i, "rack"), f"unknown rack '{p.rack}'",
+                 f"define it under racks: (known: {', '.join(sorted(racks)) or 'none'})")
+            continue
+        top = p.u + block.rack_units - 1
+        if top > rack.height_u:
+            emit("u-out-of-range", ("placements", i, "u"),
+                 f"{block.name} ({block.rack_units} U) at U{p.u} reaches U{top}, "
+                 f"above the top of rack {rack.name} (U{rack.height_u})",
+                 f"place it at U{rack.height_u - block.rack_units + 1} or lower")
+        slots = occupied.setdefault(rack.name, {})
+        for u in range(p.u, min(top, rack.height_u) + 1):
+            other = slots.get(u)
+            if other is not None:
+                o = site.placements[other]
+                emit("u-overlap", ("placements", i, "u"),
+                     f"{block.name} at U{p.u}-U{top} overlaps {o.block} at U{o.u} "
+                     f"(placements[{other}], {o.nodes[0].hostname}) in rack {rack.name} at U{u}",
+                     "move one of them to free rack units")
+                break
+            slots[u] = i
+        if len(p.nodes) > block.nodes_per_chassis:
+            emit("too-many-nodes", ("placements", i, "nodes"),
+                 f"{block.name} holds {block.nodes_per_chassis} node(s); {len(p.nodes)} are listed",
+                 "split the nodes across more chassis")
+        for j, node in enumerate(p.nodes):
+            roles = node.roles or default_roles(block.kind)
+            if block.kind is BlockKind.SWITCH:
+                if node.bmc is not None:
+                    emit("switch-bmc", ("placements", i, "nodes", j, "bmc"),
+                         "switches are managed over SSH, not through a BMC",
+                         "use management: {os: ..., credentials: ...}")
+            elif node.bmc is None:
+                emit("no-bmc", ("placements", i, "nodes", j), f"{node.hostname} has no bmc",
+                     "add a bmc: endpoint so the node can be brought up without hands",
+                     severity=Severity.WARNING)
+            if Role.SWITCH in roles and block.kind is not BlockKind.SWITCH:
+                emit("bad-role", ("placements", i, "nodes", j, "roles"),
+                     f"{node.hostname} is a {block.kind.value}, not a switch")
+
+
+# ---------------------------------------------------------------- uniqueness
+
+
+def _uniqueness(loaded: LoadedSite, emit: Emit) -> None:
+    hosts: dict[str, KeyPath] = {}
+    ips: dict[IPv4Address, KeyPath] = {}
+    macs: dict[str, KeyPath] = {}
+    bmcs: dict[tuple[str, int, str], KeyPath] = {}
+
+    def dup(kind: str, value: object, path: KeyPath, first: KeyPath, hint: str) -> None:
+        where = loaded.sources.locate(first)
+        emit(f"duplicate-{kind}", path,
+             f"duplicate {kind} {value}: also at {where.file}:{where.line} ({where.key_path})",
+             hint)
+
+    for i, p in enumerate(loaded.site.placements):
+        for j, node in enumerate(p.nodes):
+            base: KeyPath = ("placements", i, "nodes", j)
+            hp = (*base, "hostname")
+            if node.hostname in hosts:
+                dup("hostname", node.hostname, hp, hosts[node.hostname],
+                    "host names must be unique")
+            else:
+                hosts[node.hostname] = hp
+            for net, addr in node.addresses.items():
+                ap = (*base, "addresses", net)
+                if addr in ips:
+                    dup("ip", addr, ap, ips[addr], "every address must be unique in the site")
+                else:
+                    ips[addr] = ap
+            for net, mac in node.macs.items():
+                mp = (*base, "macs", net)
+                if mac in macs:
+                    dup("mac", mac, mp, macs[mac], "check the MAC (copy errors are common)")
+                else:
+                    macs[mac] = mp
+            if node.bmc is not None:
+                bp = (*base, "bmc", "address")
+                key = node.bmc.endpoint_key()
+                if key in bmcs:
+                    dup("bmc", ":".join(map(str, key)).rstrip(":"), bp, bmcs[key],
+                        "every node needs its own BMC endpoint (address, port, system_id)")
+                else:
+                    bmcs[key] = bp
+                try:
+                    bmc_ip = ip_address(node.bmc.address)
+                except ValueError:
+                    continue
+                if isinstance(bmc_ip, IPv4Address):
+                    if bmc_ip in ips and ips[bmc_ip][-2:] != ("bmc", "address"):
+                        dup("ip", bmc_ip, bp, ips[bmc_ip], "a BMC needs its own address")
+                    ips.setdefault(bmc_ip, bp)
+
+
+# ---------------------------------------------------------------- networks
+
+
+def _networks(loaded: LoadedSite, emit: Emit) -> None:
+    site = loaded.site
+    nets: dict[str, tuple[int, Network]] = {}
+    for i, n in enumerate(site.networks):
+        if n.name in nets:
+            emit("duplicate-network", ("networks", i, "name"),
+                 f"network '{n.name}' is defined twice")
+            continue
+        for _, other in nets.values():
+            if n.cidr.overlaps(other.cidr):
+                emit("network-overlap", ("networks", i, "cidr"),
+                     f"{n.name} {n.cidr} overlaps {other.name} {other.cidr}",
+                     "give every network its own range")
+        if n.gateway is not None and n.gateway not in n.cidr:
+            emit("address-outside-cidr", ("networks", i, "gateway"),
+                 f"gateway {n.gateway} is outside {n.name} {n.cidr}")
+        nets[n.name] = (i, n)
+    oob = [n for _, n in nets.values() if n.kind is NetworkKind.OOB]
+    for i, p in enumerate(site.placements):
+        for j, node in enumerate(p.nodes):
+            for net_name, addr in node.addresses.items():
+                path: KeyPath = ("placements", i, "nodes", j, "addresses", net_name)
+                entry = nets.get(net_name)
+                if entry is None:
+                    emit("unknown-network", path, f"unknown network '{net_name}'",
+                         f"define it under networks: (known: {', '.join(sorted(nets)) or 'none'})",
+                         at_key=True)
+                elif addr not in entry[1].cidr:
+                    emit("address-outside-cidr", path,
+                         f"{node.hostname}: {addr} is outside network {net_name} {entry[1].cidr}",
+                         "fix the address or the network's cidr")
+                elif addr in (entry[1].cidr.network_address, entry[1].cidr.broadcast_address):
+                    emit("address-outside-cidr", path,
+                         f"{node.hostname}: {addr} is the network or broadcast address of "
+                         f"{entry[1].cidr}", "use a host address")
+            for net_name in node.macs:
+                if net_name not in nets:
+                    emit("unknown-network", ("placements", i, "nodes", j, "macs", net_name),
+                         f"MAC given for unknown network '{net_name}'", at_key=True)
+            if node.bmc is not None and oob:
+                try:
+                    bip = ip_address(node.bmc.address)
+                except ValueError:
+                    continue
+                if not any(bip in n.cidr for n in oob):
+                    emit("address-outside-cidr", ("placements", i, "nodes", j, "bmc", "address"),
+                         f"{node.hostname}: BMC {bip} is outside the out-of-band network(s) "
+                         f"{', '.join(str(n.cidr) for n in oob)}",
+                         "BMCs belong on the separate out-of-band network")
+
+
+# ---------------------------------------------------------------- secrets
+
+
+def _credentials(loaded: LoadedSite, emit: Emit) -> None:
+    creds = loaded.site.credentials
+    for i, p in enumerate(loaded.site.placements):
+        for j, node in enumerate(p.nodes):
+            refs: list[tuple[str, str]] = []
+            if node.bmc is not None:
+                refs.append(("bmc", node.bmc.credentials))
+            if node.management is not None:
+                refs.append(("management", node.management.credentials))
+            for where, ref in refs:
+                if ref not in creds:
+                    emit("unknown-credentials",
+                         ("placements", i, "nodes", j, where, "credentials"),
+                         f"credentials '{ref}' are not defined",
+                         f"add '{ref}:' under credentials: with username and "
+                         "password: {env: VAR}")
+    for name, c in creds.items():
+        if c.password.file and not c.password.file.startswith("/"):
+            emit("relative-secret-file", ("credentials", name, "password", "file"),
+                 "secret file paths should be absolute", "write the full path",
+                 severity=Severity.WARNING)
+
+
+# ---------------------------------------------------------------- software
+
+
+def _gpu_blocks(loaded: LoadedSite) -> Iterator[tuple[int, str]]:
+    for i, p in enumerate(loaded.site.placements):
+        block = loaded.catalog.get(p.block)
+        if block is not None and block.gpu is not None:
+            yield i, block.name
+
+
+def _software(loaded: LoadedSite, emit: Emit) -> None:
+    sw = loaded.site.software
+    drv = sw.nvidia_driver
+    gpu_places = list(_gpu_blocks(loaded))
+    blocks = {name for _, name in gpu_places}
+    archs = {loaded.catalog[b].gpu.architecture for b in blocks if loaded.catalog[b].gpu}  # type: ignore[union-attr]
+    if gpu_places and drv is None:
+        emit("no-driver", ("software",), "the site has GPU nodes but no software.nvidia_driver",
+             "pin a driver branch, for example nvidia_driver: {branch: '570'}", at_key=True)
+    if drv is not None:
+        volta = sorted(b for b in blocks
+                       if loaded.catalog[b].gpu.architecture in PROPRIETARY_ONLY_ARCHS)  # type: ignore[union-attr]
+        needs_open = sorted(b for b in blocks
+                            if loaded.catalog[b].gpu.architecture in OPEN_ONLY_ARCHS)  # type: ignore[union-attr]
+        if drv.kernel_modules == "open" and volta:
+            emit("open-modules-unsupported", ("software", "nvidia_driver", "kernel_modules"),
+                 f"open kernel modules requested, but {', '.join(volta)} have Volta/Pascal GPUs, "
+                 "which only the proprietary modules support",
+                 "set kernel_modules: auto (open where supported) or proprietary")
+        if drv.kernel_modules == "proprietary" and needs_open:
+            emit("proprietary-modules-unsupported",
+                 ("software", "nvidia_driver", "kernel_modules"),
+                 f"proprietary kernel modules requested, but {', '.join(needs_open)} "
+                 "(Blackwell/Grace) require the open modules",
+                 "set kernel_modules: auto or open")
+        if sw.fabric_manager.version and drv.version and sw.fabric_manager.version != drv.version:
+            emit("fabric-manager-version", ("software", "fabric_manager", "version"),
+                 f"fabric manager {sw.fabric_manager.version} differs from driver {drv.version}; "
+                 "Fabric Manager refuses to start unless the versions are equal",
+                 f"set fabric_manager.version to {drv.version} or leave it out")
+        if sw.cuda:
+            _cuda(loaded, emit, sw.cuda, drv.branch, drv.version)
+            if compat.cuda_key(sw.cuda) >= (13, 0, 0) and volta:
+                # CUDA 13.0 drops offline compilation for Maxwell, Pascal and Volta
+                # (CUDA 13 release notes, DOMAIN.md §3).
+                emit("cuda-drops-architecture", ("software", "cuda"),
+                     f"CUDA {sw.cuda} no longer supports Volta ({', '.join(volta)})",
+                     "pin CUDA 12.x for sites with V100 systems")
+        if archs and drv.kernel_modules == "auto" and volta and needs_open:
+            emit("mixed-module-flavours", ("software", "nvidia_driver"),
+                 "the site mixes GPUs that need proprietary and open modules; each node gets "
+                 "its own flavour", severity=Severity.WARNING)
+    elif sw.cuda:
+        emit("cuda-without-driver", ("software", "cuda"), "CUDA is pinned but no driver is",
+             "add software.nvidia_driver")
+    nvswitch = sorted({b for b in blocks if loaded.catalog[b].nvswitch})
+    if nvswitch and sw.fabric_manager.enabled is False:
+        emit("fabric-manager-missing", ("software", "fabric_manager", "enabled"),
+             f"{', '.join(nvswitch)} have NVSwitch and need nvidia-fabricmanager, "
+             "which the plan disables", "set fabric_manager.enabled: auto")
+    if sw.mirror is not None and not sw.mirror.startswith(("http://", "https://", "file://")):
+        emit("bad-mirror", ("software", "mirror"), f"mirror '{sw.mirror}' is not a URL",
+             "write http://mirror.example/ubuntu or file:///srv/mirror")
+
+
+def _cuda(loaded: LoadedSite, emit: Emit, cuda: str, branch: str, version: str | None) -> None:
+    minimum, exact = compat.cuda_min_driver(cuda)
+    path: KeyPath = ("software", "cuda")
+    if minimum is None:
+        emit("cuda-unknown", path, f"CUDA {cuda} is older than every release this tool knows",
+             severity=Severity.WARNING)
+        return
+    if compat.cuda_key(cuda) > compat.newest_cuda_listed() and not exact:
+        emit("cuda-unknown", path,
+             f"CUDA {cuda} is newer than the releases this tool knows; checked against "
+             f"{minimum} as a lower bound only", severity=Severity.WARNING)
+    pinned = version or branch
+    ok = (compat.driver_satisfies(version, minimum) if version
+          else int(branch) >= compat.version_tuple(minimum)[0])
+    if not ok:
+        emit("cuda-needs-newer-driver", path,
+             f"CUDA {cuda} needs driver >= {minimum}; the pinned driver is {pinned}",
+             f"pin nvidia_driver to {minimum.split('.')[0]} or newer, or an older CUDA")
+    elif version is None and int(branch) == compat.version_tuple(minimum)[0]:
+        emit("cuda-driver-unchecked", ("software", "nvidia_driver", "branch"),
+             f"CUDA {cuda} needs driver >= {minimum}; branch {branch} alone cannot prove it",
+             "pin nvidia_driver.version too", severity=Severity.WARNING)
+
+
+def _kubernetes(loaded: LoadedSite, emit: Emit) -> None:
+    k8s = loaded.site.software.kubernetes
+    if k8s is None:
+        return
+    control = 0
+    for p in loaded.site.placements:
+        block = loaded.catalog.get(p.block)
+        for node in p.nodes:
+            roles = node.roles or (default_roles(block.kind) if block else ())
+            if Role.CONTROL_PLANE in roles:
+                control += 1
+    if control == 0:
+        emit("no-control-plane", ("software", "kubernetes"),
+             "Kubernetes is planned but no node has the control-plane role",
+             "give one or three nodes roles: [control-plane]", at_key=True)
+    elif control % 2 == 0:
+        emit("even-control-plane", ("software", "kubernetes"),
+             f"{control} control-plane nodes: etcd needs an odd number for a useful quorum",
+             "use 1, 3 or 5", severity=Severity.WARNING, at_key=True)
+    for net in loaded.site.networks:
+        for name, cidr in (("pod_cidr", k8s.pod_cidr), ("service_cidr", k8s.service_cidr)):
+            if cidr.overlaps(net.cidr):
+                emit("network-overlap", ("software", "kubernetes", name),
+                     f"Kubernetes {name} {cidr} overlaps network {net.name} {net.cidr}")
+
+
+# ---------------------------------------------------------------- budgets
+
+
+def _budgets(loaded: LoadedSite, emit: Emit, basis: power.Basis) -> None:
+    report = power.budget(loaded.site, loaded.catalog, basis)
+    index = {r.name: i for i, r in enumerate(loaded.site.racks)}
+    for rb in report.racks:
+        i = index[rb.name]
+        rack = loaded.site.racks[i]
+        for f in rb.failures:
+            if f.check == "power":
+                fi = next(k for k, fd in enumerate(rack.feeds) if f"feed {fd.name}" == f.subject)
+                path: KeyPath = ("racks", i, "feeds", fi)
+                hint = "move load to another rack or provision a larger feed"
+            elif f.check in ("cooling", "airflow"):
+                path = ("racks", i, "cooling_kw")
+                hint = "spread the load over more racks or add cooling"
+            else:
+                path = ("racks", i, "height_u")
+                hint = "move equipment to another rack"
+            emit(f"{f.check}-over-budget", path, f.message, hint, category=Category.BUDGET)
+        _psu_redundancy(loaded, emit, i, rack.redundancy)
+
+
+def _psu_redundancy(loaded: LoadedSite, emit: Emit, rack_index: int, redundancy: str) -> None:
+    """On a 2N rack, a chassis whose PSUs are not N+N loses capacity when one feed fails."""
+    if redundancy != "2N":
+        return
+    name = loaded.site.racks[rack_index].name
+    warned: set[str] = set()
+    for i, p in enumerate(loaded.site.placements):
+        block = loaded.catalog.get(p.block)
+        if p.rack != name or block is None or block.psu is None or block.name in warned:
+            continue
+        half = block.psu.count // 2
+        if block.psu.count >= 2 and half < block.psu.needed:
+            warned.add(block.name)
+            emit("psu-not-n-plus-n", ("placements", i, "block"),
+                 f"{block.name} PSUs are {block.psu.redundancy}: with feed A or B lost it runs on "
+                 f"{half} of {block.psu.count} PSUs and needs {block.psu.needed} for full power",
+                 "expect reduced performance on a feed loss, or wire PSUs for it",
+                 severity=Severity.WARNING, category=Category.BUDGET)

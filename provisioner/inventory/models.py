@@ -1,0 +1,407 @@
+"""Typed, frozen site model (pydantic v2).
+
+Models check what one object can know about itself (types, ranges, formats); checks that
+need more than one object (overlaps, duplicates, CIDR membership) live in checks.py so the
+model stays cheap to build for sites of tens of thousands of nodes.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from ipaddress import IPv4Address, IPv4Network
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+# RFC 1123 host label: letters, digits, hyphen; 1-63 chars; no leading/trailing hyphen.
+# Lower case only: Kubernetes node names must be lower case (RFC 1123 subdomain).
+HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
+MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+ENV_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}$")
+
+
+def _hostname(value: str) -> str:
+    if not HOSTNAME_RE.match(value):
+        raise ValueError(
+            "not a valid RFC 1123 host name: use 1-63 lower-case letters, digits or '-', "
+            "not starting or ending with '-'"
+        )
+    return value
+
+
+def _name(value: str) -> str:
+    if not NAME_RE.match(value):
+        raise ValueError(
+            "not a valid name: use 1-63 lower-case letters, digits, '-' or '_', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _mac(value: str) -> str:
+    norm = value.strip().lower().replace("-", ":")
+    if not MAC_RE.match(norm):
+        raise ValueError("not a MAC address: write six hex pairs such as 52:54:00:12:34:56")
+    return norm
+
+
+def _version_in(value: Any) -> Any:
+    """YAML reads 12.10 as the float 12.1: refuse floats, accept plain integers."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, float):
+        raise ValueError(f"write versions in quotes ('{value}'): YAML reads 12.10 as 12.1")
+    if isinstance(value, int):
+        return str(value)
+    return value
+
+
+def _version(value: str) -> str:
+    if not VERSION_RE.match(value):
+        raise ValueError(
+            "not a version: write digits separated by dots, such as 12.8 or 570.124.06")
+    return value
+
+
+Hostname = Annotated[str, AfterValidator(_hostname)]
+Name = Annotated[str, AfterValidator(_name)]
+Mac = Annotated[str, AfterValidator(_mac)]
+Version = Annotated[str, BeforeValidator(_version_in), AfterValidator(_version)]
+
+
+class Model(BaseModel):
+    """Base: frozen, unknown keys are errors (typos must not pass silently)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+
+
+# ---------------------------------------------------------------- catalog
+
+
+class BlockKind(StrEnum):
+    HCI = "hci"
+    COMPUTE = "compute"
+    STORAGE = "storage"
+    GPU_SERVER = "gpu_server"
+    SWITCH = "switch"
+
+
+class GpuArch(StrEnum):
+    MAXWELL = "maxwell"
+    PASCAL = "pascal"
+    VOLTA = "volta"
+    TURING = "turing"
+    AMPERE = "ampere"
+    ADA = "ada"
+    HOPPER = "hopper"
+    GRACE_HOPPER = "grace_hopper"
+    BLACKWELL = "blackwell"
+    GRACE_BLACKWELL = "grace_blackwell"
+
+
+# Open kernel modules: Turing and newer only; Grace and Blackwell need them
+# (source: NVIDIA driver installation guide, kernel-modules page [P]; DOMAIN.md §3).
+PROPRIETARY_ONLY_ARCHS = frozenset({GpuArch.MAXWELL, GpuArch.PASCAL, GpuArch.VOLTA})
+OPEN_ONLY_ARCHS = frozenset(
+    {GpuArch.BLACKWELL, GpuArch.GRACE_HOPPER, GpuArch.GRACE_BLACKWELL}
+)
+
+
+class Psu(Model):
+    count: int = Field(ge=1, le=16)
+    rating_w: float = Field(gt=0, le=20_000)
+    redundancy: str = Field(pattern=r"^\d+\+\d+$", description="N+M: N needed, M spare")
+
+    @property
+    def needed(self) -> int:
+        return int(self.redundancy.split("+")[0])
+
+
+class Gpus(Model):
+    model: str = Field(min_length=1, max_length=64)
+    count: int = Field(ge=1, le=72)
+    architecture: GpuArch
+
+
+class Nic(Model):
+    ports: int = Field(ge=1, le=256)
+    speed_gbps: float = Field(gt=0, le=1600)
+    model: str | None = None
+
+
+class BlockType(Model):
+    """One building-block type: a chassis and what it holds."""
+
+    name: Name
+    kind: BlockKind
+    description: str = ""
+    rack_units: int = Field(ge=1, le=60)
+    nodes_per_chassis: int = Field(default=1, ge=1, le=16)
+    max_power_w: float = Field(gt=0, le=200_000)
+    typical_power_w: float = Field(gt=0, le=200_000)
+    psu: Psu | None = None
+    gpu: Gpus | None = None
+    nvswitch: bool = False
+    imex: bool = False
+    nics: tuple[Nic, ...] = ()
+    airflow_cfm: float | None = Field(default=None, gt=0)
+    switch_role: Literal["roce", "management", "oob", "storage"] | None = None
+    estimated: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BlockType:
+        if self.typical_power_w > self.max_power_w:
+            raise ValueError("typical_power_w is larger than max_power_w")
+        known = set(type(self).model_fields)
+        unknown = [f for f in self.estimated if f not in known]
+        if unknown:
+            raise ValueError(f"estimated names unknown fields: {', '.join(unknown)}")
+        if self.kind is BlockKind.SWITCH and self.switch_role is None:
+            raise ValueError("a switch block needs switch_role (roce, management, oob or storage)")
+        return self
+
+    def power_w(self, basis: str) -> float:
+        return self.typical_power_w if basis == "typical" else self.max_power_w
+
+    def is_estimated(self, basis: str) -> bool:
+        field = "typical_power_w" if basis == "typical" else "max_power_w"
+        return field in self.estimated
+
+
+# ---------------------------------------------------------------- site parts
+
+
+class SecretRef(Model):
+    """Where a secret is read at run time. The inventory never holds the value."""
+
+    env: Annotated[str, Field(pattern=ENV_VAR_RE.pattern)] | None = None
+    file: str | None = None
+    vault: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SecretRef:
+        given = [k for k in ("env", "file", "vault") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of env, file or vault")
+        return self
+
+    def describe(self) -> str:
+        if self.env:
+            return f"env:{self.env}"
+        if self.file:
+            return f"file:{self.file}"
+        return f"vault:{self.vault}"
+
+
+class Credentials(Model):
+    username: str = Field(min_length=1, max_length=64)
+    password: SecretRef
+
+    @field_validator("password", mode="before")
+    @classmethod
+    def _no_inline(cls, value: Any) -> Any:
+        if isinstance(value, str | int | float):
+            raise ValueError(
+                "inline secret: a password is written in the inventory; "
+                "use {env: VAR}, {file: /path/0600-file} or {vault: name}"
+            )
+        return value
+
+
+class Tls(Model):
+    verify: bool = True
+    ca_bundle: str | None = None
+    fingerprint_sha256: str | None = Field(
+        default=None, pattern=r"^([0-9A-Fa-f]{2}:?){31}[0-9A-Fa-f]{2}$"
+    )
+
+
+class BmcProtocol(StrEnum):
+    REDFISH = "redfish"
+    IPMI = "ipmi"
+
+
+class Bmc(Model):
+    protocol: BmcProtocol
+    address: str = Field(min_length=1, max_length=253)
+    port: int | None = Field(default=None, ge=1, le=65535)
+    credentials: Name
+    system_id: str | None = Field(default=None, max_length=128)
+    scheme: Literal["https", "http"] = "https"
+    tls: Tls = Tls()
+    cipher_suite: int = Field(default=17, ge=0, le=17)
+
+    def endpoint_key(self) -> tuple[str, int, str]:
+        default_port = 623 if self.protocol is BmcProtocol.IPMI else (
+            443 if self.scheme == "https" else 80
+        )
+        return (self.address.lower(), self.port or default_port, self.system_id or "")
+
+
+class SwitchAccess(Model):
+    os: Literal["cumulus", "onyx", "sonic", "cisco_ios", "eos"]
+    credentials: Name
+    port: int = Field(default=22, ge=1, le=65535)
+
+
+class Role(StrEnum):
+    CONTROL_PLANE = "control-plane"
+    WORKER = "worker"
+    STORAGE = "storage"
+    SWITCH = "switch"
+
+
+class Node(Model):
+    hostname: Hostname
+    roles: tuple[Role, ...] | None = None
+    bmc: Bmc | None = None
+    management: SwitchAccess | None = None
+    addresses: dict[Name, IPv4Address] = Field(default_factory=dict)
+    macs: dict[Name, Mac] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class Placement(Model):
+    """A chassis of a block type at a rack position, with the node(s) it holds."""
+
+    rack: Name
+    u: int = Field(ge=1, le=60, description="lowest rack unit the chassis occupies")
+    block: Name
+    nodes: tuple[Node, ...] = Field(min_length=1)
+
+
+class Feed(Model):
+    name: str = Field(min_length=1, max_length=32)
+    phase: Literal["single", "three"]
+    voltage_v: float = Field(gt=0, le=1000)
+    breaker_a: float = Field(gt=0, le=1000)
+    # NEC 210.20(A)/215.3 continuous load: breaker >= 125 % of load, so 80 % usable.
+    derating: float = Field(default=0.8, gt=0, le=1.0)
+
+
+class Rack(Model):
+    name: Name
+    height_u: int = Field(default=42, ge=1, le=60)
+    reserved_u: int = Field(default=0, ge=0, le=60)
+    feeds: tuple[Feed, ...] = Field(min_length=1, max_length=2)
+    redundancy: Literal["single", "2N"] = "single"
+    cooling_kw: float = Field(gt=0, le=500)
+    inlet_ashrae_class: Literal["A1", "A2", "A3", "A4"] | None = None
+    # Power factor to turn W into VA; no vendor figure was found (DOMAIN.md §1.3 [U]).
+    power_factor: float = Field(default=0.95, gt=0.5, le=1.0)
+    # Air temperature rise across the rack, used for the airflow figure.
+    delta_t_f: float = Field(default=20.0, gt=0, le=80)
+    airflow_limit_cfm: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _feeds_match_redundancy(self) -> Rack:
+        if self.redundancy == "single" and len(self.feeds) != 1:
+            raise ValueError("redundancy 'single' takes exactly one feed; use '2N' for A+B feeds")
+        if self.redundancy == "2N" and len(self.feeds) != 2:
+            raise ValueError("redundancy '2N' takes exactly two feeds (A and B)")
+        return self
+
+
+class NetworkKind(StrEnum):
+    MANAGEMENT = "management"
+    OOB = "oob"
+    PROVISIONING = "provisioning"
+    ROCE = "roce"
+    STORAGE = "storage"
+    OTHER = "other"
+
+
+class Network(Model):
+    name: Name
+    kind: NetworkKind
+    cidr: IPv4Network
+    vlan: int | None = Field(default=None, ge=1, le=4094)
+    mtu: int = Field(default=1500, ge=576, le=9216)
+    gateway: IPv4Address | None = None
+
+
+class NvidiaDriver(Model):
+    branch: Annotated[str, BeforeValidator(_version_in), Field(pattern=r"^\d{3}$")]
+    version: Version | None = None
+    kernel_modules: Literal["auto", "open", "proprietary"] = "auto"
+
+    @model_validator(mode="after")
+    def _version_in_branch(self) -> NvidiaDriver:
+        if self.version and self.version.split(".")[0] != self.branch:
+            raise ValueError(f"version {self.version} is not in branch {self.branch}")
+        return self
+
+
+class FabricManager(Model):
+    # YAML reads yes/no as booleans, so accept both spellings as bools.
+    enabled: bool | Literal["auto"] = "auto"
+    version: Version | None = None
+
+
+class Kubernetes(Model):
+    version: Version
+    cni: Literal["calico", "cilium", "flannel"] = "calico"
+    pod_cidr: IPv4Network = IPv4Network("10.244.0.0/16")
+    service_cidr: IPv4Network = IPv4Network("10.96.0.0/12")
+
+
+class Dcgm(Model):
+    version: Version | None = None
+    diag_level: int = Field(default=1, ge=1, le=4)
+
+
+class Roce(Model):
+    """RoCE QoS contract shared by host and switch (DOMAIN.md §2, NVIDIA lossless RoCE)."""
+
+    dscp: int = Field(default=26, ge=0, le=63)
+    priority: int = Field(default=3, ge=0, le=7)
+    cnp_dscp: int = Field(default=48, ge=0, le=63)
+    cnp_priority: int = Field(default=6, ge=0, le=7)
+    mode: Literal["lossless", "lossy"] = "lossless"
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Roce:
+        if self.priority == self.cnp_priority:
+            raise ValueError("RoCE and CNP priorities must differ")
+        return self
+
+
+class Software(Model):
+    os: Literal["ubuntu-22.04", "ubuntu-24.04", "rhel-9", "dgx-os-6", "dgx-os-7"] = "ubuntu-22.04"
+    nvidia_driver: NvidiaDriver | None = None
+    cuda: Version | None = None
+    fabric_manager: FabricManager = FabricManager()
+    dcgm: Dcgm = Dcgm()
+    doca: Version | None = None
+    kubernetes: Kubernetes | None = None
+    roce: Roce = Roce()
+    mirror: str | None = Field(default=None, description="local package mirror (air-gapped)")
+
+
+class SiteMeta(Model):
+    name: Name
+    description: str = ""
+
+
+class Site(Model):
+    """The whole site inventory after loading and schema validation."""
+
+    site: SiteMeta
+    catalog: tuple[BlockType, ...] = ()
+    credentials: dict[Name, Credentials] = Field(default_factory=dict)
+    networks: tuple[Network, ...] = ()
+    racks: tuple[Rack, ...] = Field(min_length=1)
+    placements: tuple[Placement, ...] = ()
+    software: Software = Software()

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Set up everything on a fresh Debian machine with Python 3.11: system packages (as root or
+# through sudo) and the project's virtual environment in .venv. Safe to run again: it only
+# installs what is missing, and reinstalls Python packages only when pyproject.toml changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# System packages: python venv support, and the real peers the lab and the tests run
+# (OpenIPMI's ipmi_sim and ipmitool for IPMI BMCs).
+APT_PACKAGES=(python3-venv openipmi ipmitool iproute2)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" -eq 0 ]; then SUDO=(); elif command -v sudo >/dev/null; then SUDO=(sudo); else
+    echo "bootstrap: need root (or sudo) to install: ${missing[*]}" >&2; exit 2
+  fi
+  echo "bootstrap: installing Debian packages: ${missing[*]}" >&2
+  "${SUDO[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+stamp=".venv/.provisioner-installed"
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "bootstrap: installing Python packages into .venv" >&2
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e ".[test]"
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, types, then pytest (unit, integration with real peers, e2e).
+# Bootstraps its own environment first. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+export PATH="$PWD/.venv/bin:$PATH"
+echo "== ruff"; ruff check provisioner tests bench
+echo "== mypy"; mypy provisioner
+echo "== pytest"; pytest "$@"
