@@ -13,6 +13,8 @@ from provisioner.cli.common import STATE
 app = typer.Typer(
     name="provision",
     help="Take racks of GPU servers from bare metal to a GPU Kubernetes cluster.",
+    epilog="Exit codes: 0 ok, 1 internal error, 2 usage or config, 3 inventory, 4 budget, "
+    "5 BMC, 6 render, 7 playbook, 8 state, 130 interrupted.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,  # locals may hold credentials
@@ -33,8 +35,7 @@ def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="Plain output.")] = False,
 ) -> None:
-    """Exit codes: 0 ok, 1 internal, 2 usage, 3 inventory, 4 budget, 5 BMC, 6 render,
-    7 playbook, 8 state, 130 interrupted."""
+    """Global options."""
     STATE.debug = debug
     STATE.no_color = no_color
 
