@@ -8,17 +8,25 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Mapping
-from typing import Any
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console as RichConsole
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from provisioner.errors import ProvisionerError
 from provisioner.inventory.findings import Finding, Severity
 from provisioner.inventory.models import BlockType
 from provisioner.power import BudgetReport, RackBudget
+
+if TYPE_CHECKING:
+    from provisioner.bmc.pool import NodeResult
+    from provisioner.lab import LabState
 
 
 class Console:
@@ -126,3 +134,91 @@ class Console:
         self.out.print(table)
         self.out.print("[dim]* estimate: no vendor figure found; sources are cited in "
                        "provisioner/inventory/catalog.yaml[/]")
+
+    # -------------------------------------------------------------- per-node operations
+
+    @contextmanager
+    def node_progress(self, label: str, nodes: Sequence[str]
+                      ) -> Iterator[Callable[[str, str, str], None]]:
+        """A progress callback for fan-out work: a live bar on a terminal, one line per
+        finished node otherwise, nothing in --json mode. Safe to call from worker threads."""
+        lock = threading.Lock()
+        if self.json_mode or self.quiet:
+            yield lambda node, phase, detail: None
+            return
+        if not self.err.is_terminal:
+            def plain(node: str, phase: str, detail: str) -> None:
+                if phase != "start":
+                    with lock:
+                        self.err.print(f"{label}: {node}: {phase}"
+                                       + (f": {escape(detail)}" if detail else ""))
+            yield plain
+            return
+        progress = Progress(TextColumn(f"[bold]{escape(label)}[/]"), BarColumn(),
+                            MofNCompleteColumn(), TextColumn("{task.fields[failed]} failed"),
+                            TimeElapsedColumn(), console=self.err, transient=True)
+        task = progress.add_task(label, total=len(nodes), failed=0)
+        failed = 0
+
+        def live(node: str, phase: str, detail: str) -> None:
+            nonlocal failed
+            if phase == "start":
+                return
+            with lock:
+                failed += phase == "failed"
+                progress.update(task, advance=1, failed=failed)
+
+        with progress:
+            yield live
+
+    def bmc_results(self, operation: str, results: Sequence[NodeResult[Any]]) -> None:
+        table = Table(title=f"bmc {operation}", title_justify="left")
+        for col in ("node", "result", "time s"):
+            table.add_column(col)
+        for r in results:
+            if r.ok:
+                shown = _describe(r.value)
+                table.add_row(r.node, f"[green]{escape(shown)}[/]", f"{r.elapsed_s:.1f}")
+            else:
+                table.add_row(r.node, f"[red]FAILED[/] {escape(r.error or '')}",
+                              f"{r.elapsed_s:.1f}")
+        self.out.print(table)
+        failed = sum(not r.ok for r in results)
+        self.out.print(f"{len(results) - failed} ok, {failed} failed")
+
+    def lab_state(self, state: LabState, where: Path) -> None:
+        table = Table(title=f"lab for site {state.site} (latency {state.latency_ms} ms)",
+                      title_justify="left")
+        for col in ("process", "pid", "state"):
+            table.add_column(col)
+        for p in state.processes:
+            table.add_row(p.role, str(p.pid), "[green]running[/]" if p.alive() else "[red]dead[/]")
+        self.out.print(table)
+        eps = Table(title="BMC endpoints", title_justify="left")
+        for col in ("node", "endpoint"):
+            eps.add_column(col)
+        for node, ep in sorted(state.endpoints.items()):
+            proto = "redfish" if "system_id" in ep else "ipmi"
+            eps.add_row(node, f"{proto} {ep['address']}:{ep['port']}")
+        self.out.print(eps)
+        self.out.print(f"state and logs: {where}")
+
+
+def _describe(value: Any) -> str:
+    """One line for a per-node result."""
+    if value is None:
+        return "no reading"
+    if isinstance(value, float):
+        return f"{value:,.0f} W"
+    device = getattr(value, "device", None)
+    if device is not None:  # BootSetting
+        once = {True: "persistent", False: "once", None: "once?"}[value.persistent]
+        mode = value.mode.value if value.mode else "mode?"
+        note = "" if value.verified else " (accepted; BMC cannot report it back)"
+        return f"{device.value} {once} {mode}{note}"
+    if hasattr(value, "gpus"):  # HardwareFacts
+        gpus = ", ".join(f"{g.count}x {g.model}" for g in value.gpus) or "no GPUs reported"
+        macs = ", ".join(value.macs) or "no MACs reported"
+        return (f"{value.vendor or '?'} {value.model or ''} sn {value.serial or '?'}; "
+                f"{gpus}; {macs}")
+    return str(value)

@@ -63,9 +63,10 @@ class BudgetError(ProvisionerError):
 
 
 class BmcError(ProvisionerError):
-    """A BMC operation failed; subclasses say how."""
+    """A BMC operation failed; subclasses say how. `transient` errors are worth a retry."""
 
     exit_code = ExitCode.BMC
+    transient: bool = False
 
 
 class RenderError(ProvisionerError):
@@ -82,3 +83,40 @@ class StateError(ProvisionerError):
 
 class Interrupted(ProvisionerError):
     exit_code = ExitCode.INTERRUPTED
+
+
+class BmcUnreachable(BmcError):
+    """No answer: connection refused, no route, DNS. Transient: BMCs reboot."""
+
+    transient = True
+
+
+class BmcTimeout(BmcError):
+    """The BMC did not answer in time, or never reached the requested state."""
+
+    transient = True
+
+
+class BmcAuthError(BmcError):
+    """Wrong user name or password, or not enough privilege. Never retried."""
+
+    transient = False
+
+
+class BmcUnsupported(BmcError):
+    """The BMC cannot do what was asked (not in its allowable values, no such resource)."""
+
+    transient = False
+
+
+class BmcRefused(BmcError):
+    """The BMC answered with an error. Transient for 409 and 5xx, permanent otherwise."""
+
+    def __init__(self, message: str, *, status: int | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.status = status
+        self.transient = status is not None and (status == 409 or status >= 500)
+
+
+class SecretError(ConfigError):
+    """A credential reference cannot be resolved; the message names the reference only."""

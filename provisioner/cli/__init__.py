@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from provisioner import __version__
-from provisioner.cli import inventory
+from provisioner.cli import bmc, inventory, lab
 from provisioner.cli.common import STATE
 
 app = typer.Typer(
@@ -43,6 +43,8 @@ def _root(
 app.command()(inventory.validate)
 app.command()(inventory.power)
 app.command()(inventory.catalog)
+app.add_typer(bmc.app, name="bmc")
+app.add_typer(lab.app, name="lab")
 
 
 def main() -> None:

@@ -221,7 +221,7 @@ def _networks(loaded: LoadedSite, emit: Emit) -> None:
                 if net_name not in nets:
                     emit("unknown-network", ("placements", i, "nodes", j, "macs", net_name),
                          f"MAC given for unknown network '{net_name}'", at_key=True)
-            if node.bmc is not None and oob:
+            if node.bmc is not None and oob and node.hostname not in loaded.lab_hosts:
                 try:
                     bip = ip_address(node.bmc.address)
                 except ValueError:

@@ -118,6 +118,11 @@ class LoadedSite:
     sources: SourceMap
     root: Path
     warnings: tuple[Finding, ...] = ()
+    lab_hosts: frozenset[str] = frozenset()  # nodes whose BMC endpoint the lab overlay set
+
+    @property
+    def base_dir(self) -> Path:
+        return self.root if self.root.is_dir() else self.root.parent
 
 
 # ---------------------------------------------------------------- parsing
@@ -361,6 +366,40 @@ def _schema_findings(exc: ValidationError, smap: SourceMap) -> list[Finding]:
     return findings
 
 
+# ---------------------------------------------------------------- lab overlay
+
+
+def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path) -> frozenset[str]:
+    """Replace BMC endpoints with the running lab's (see provisioner/lab)."""
+    site = merged.get("site")
+    rel = site.get("lab_overlay") if isinstance(site, dict) else None
+    if not isinstance(rel, str) or rel.startswith("/"):
+        return frozenset()
+    path = base_dir / rel
+    if not path.is_file():
+        return frozenset()
+    display = _display(path)
+    data, _ = _parse_file(path, display)
+    if not isinstance(data, dict) or not isinstance(data.get("bmc"), dict):
+        raise _fail(display, 1, 1, "the lab overlay is damaged",
+                    "run `provision lab down` and `provision lab up` again")
+    creds = merged.setdefault("credentials", {})
+    if isinstance(creds, dict) and isinstance(data.get("credentials"), dict):
+        creds.update(data["credentials"])
+    endpoints: dict[str, Any] = data["bmc"]
+    applied = set()
+    for placement in merged.get("placements") or []:
+        nodes = placement.get("nodes") if isinstance(placement, dict) else None
+        for node in nodes if isinstance(nodes, list) else []:
+            if not isinstance(node, dict):
+                continue
+            ep = endpoints.get(str(node.get("hostname")))
+            if isinstance(ep, dict) and isinstance(node.get("bmc"), dict):
+                node["bmc"] = {**{k: v for k, v in node["bmc"].items() if k != "tls"}, **ep}
+                applied.add(str(node["hostname"]))
+    return frozenset(applied)
+
+
 # ---------------------------------------------------------------- entry point
 
 
@@ -368,6 +407,7 @@ def load(path: str | Path) -> LoadedSite:
     """Load and schema-check a site; raise InventoryError with findings on any error."""
     root = Path(path)
     merged, smap = _merge(root)
+    lab_hosts = _apply_lab_overlay(merged, root if root.is_dir() else root.parent)
     try:
         site = Site.model_validate(merged)
     except ValidationError as exc:
@@ -389,4 +429,5 @@ def load(path: str | Path) -> LoadedSite:
                 "give the site's block a new name unless replacing it is intended",
                 smap.locate(("catalog", i, "name"))))
         catalog[block.name] = block
-    return LoadedSite(site=site, catalog=catalog, sources=smap, root=root, warnings=tuple(notes))
+    return LoadedSite(site=site, catalog=catalog, sources=smap, root=root,
+                      warnings=tuple(notes), lab_hosts=lab_hosts)

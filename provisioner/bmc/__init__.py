@@ -1,0 +1,97 @@
+"""BMC layer: a driver protocol with Redfish (sushy) and IPMI (pyghmi) drivers, a vendor
+quirk table, retries, and a bounded fan-out over many nodes."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from pathlib import Path
+
+from provisioner.bmc.base import (
+    BmcDriver,
+    BmcTarget,
+    BootDevice,
+    BootMode,
+    BootSetting,
+    HardwareFacts,
+    PowerAction,
+    PowerState,
+)
+from provisioner.bmc.pool import DEFAULT_CONCURRENCY, NodeResult, run_many
+from provisioner.errors import ConfigError
+from provisioner.inventory.loader import LoadedSite
+from provisioner.secrets import Secret, resolve
+
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "BmcDriver",
+    "BmcTarget",
+    "BootDevice",
+    "BootMode",
+    "BootSetting",
+    "HardwareFacts",
+    "NodeResult",
+    "PowerAction",
+    "PowerState",
+    "make_driver",
+    "run_many",
+    "select_hosts",
+    "targets",
+]
+
+
+def select_hosts(hostnames: list[str], limit: str | None) -> list[str]:
+    """Ansible-style --limit: comma-separated glob patterns; '!pattern' excludes."""
+    if not limit:
+        return hostnames
+    pats = [p.strip() for p in limit.split(",") if p.strip()]
+    include = [p for p in pats if not p.startswith("!")]
+    exclude = [p[1:] for p in pats if p.startswith("!")]
+    chosen = [h for h in hostnames
+              if (not include or any(fnmatch.fnmatchcase(h, p) for p in include))
+              and not any(fnmatch.fnmatchcase(h, p) for p in exclude)]
+    if not chosen:
+        raise ConfigError(f"--limit {limit!r} matches no node with a BMC",
+                          hint="patterns are globs on host names, for example 'dgx*,cp01'")
+    return chosen
+
+
+def targets(loaded: LoadedSite, env: Mapping[str, str], limit: str | None = None,
+            request_timeout_s: float = 10.0) -> list[BmcTarget]:
+    """BMC targets for the site's nodes (in inventory order), secrets resolved once each."""
+    base_dir = loaded.root if loaded.root.is_dir() else loaded.root.parent
+    nodes = [n for p in loaded.site.placements for n in p.nodes if n.bmc is not None]
+    wanted = set(select_hosts([n.hostname for n in nodes], limit))
+    cache: dict[str, Secret] = {}
+    out = []
+    for node in nodes:
+        if node.hostname not in wanted or node.bmc is None:
+            continue
+        bmc = node.bmc
+        creds = loaded.site.credentials.get(bmc.credentials)
+        if creds is None:
+            raise ConfigError(f"{node.hostname}: credentials '{bmc.credentials}' are not defined",
+                              hint="run `provision validate`")
+        if bmc.credentials not in cache:
+            cache[bmc.credentials] = resolve(creds.password, env, base_dir)
+        out.append(BmcTarget(
+            node=node.hostname, protocol=bmc.protocol.value, address=bmc.address, port=bmc.port,
+            username=creds.username, password=cache[bmc.credentials], system_id=bmc.system_id,
+            scheme=bmc.scheme, tls=bmc.tls, cipher_suite=bmc.cipher_suite,
+            request_timeout_s=request_timeout_s))
+    return out
+
+
+def make_driver(target: BmcTarget) -> BmcDriver:
+    """The driver for a target's protocol (imports the protocol library on first use)."""
+    if target.protocol == "redfish":
+        from provisioner.bmc.redfish import RedfishDriver
+
+        return RedfishDriver(target)
+    from provisioner.bmc.ipmi import IpmiDriver
+
+    return IpmiDriver(target)
+
+
+def base_dir_of(loaded: LoadedSite) -> Path:
+    return loaded.root if loaded.root.is_dir() else loaded.root.parent

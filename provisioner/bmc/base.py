@@ -1,0 +1,152 @@
+"""The BMC driver protocol and the neutral vocabulary every driver maps its protocol onto.
+
+Ironic's split, trimmed: power (get/set with polling), management (boot device), inspection
+(hardware facts, power reading), virtual media. Nothing outside bmc/ sees sushy or pyghmi.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from provisioner.inventory.models import Tls
+from provisioner.secrets import Secret
+
+
+class PowerState(StrEnum):
+    ON = "on"
+    OFF = "off"
+    POWERING_ON = "powering_on"
+    POWERING_OFF = "powering_off"
+    UNKNOWN = "unknown"
+
+
+class PowerAction(StrEnum):
+    ON = "on"
+    OFF = "off"  # hard off
+    SOFT_OFF = "soft_off"  # ACPI shutdown
+    CYCLE = "cycle"  # off then on (on if it was off)
+    RESET = "reset"  # warm reset
+
+
+# Which steady state each action must end in.
+ACTION_TARGET = {
+    PowerAction.ON: PowerState.ON,
+    PowerAction.OFF: PowerState.OFF,
+    PowerAction.SOFT_OFF: PowerState.OFF,
+    PowerAction.CYCLE: PowerState.ON,
+    PowerAction.RESET: PowerState.ON,
+}
+
+
+class BootDevice(StrEnum):
+    PXE = "pxe"
+    DISK = "disk"
+    CD = "cd"  # virtual media
+    BIOS = "bios"  # firmware setup
+    NONE = "none"  # no override
+
+
+class BootMode(StrEnum):
+    UEFI = "uefi"
+    LEGACY = "legacy"
+
+
+@dataclass(frozen=True)
+class BootSetting:
+    device: BootDevice
+    persistent: bool | None = None  # None: the BMC does not say
+    mode: BootMode | None = None
+    verified: bool = True  # False: accepted, but the BMC cannot report it back
+
+
+@dataclass(frozen=True)
+class Gpu:
+    model: str
+    count: int
+
+
+@dataclass(frozen=True)
+class NicFact:
+    name: str
+    mac: str | None
+    speed_mbps: int | None = None
+
+
+@dataclass(frozen=True)
+class PsuFact:
+    name: str
+    capacity_w: float | None = None
+    healthy: bool | None = None
+
+
+@dataclass(frozen=True)
+class HardwareFacts:
+    vendor: str | None = None
+    model: str | None = None
+    serial: str | None = None
+    cpu_count: int | None = None
+    cpu_model: str | None = None
+    memory_gib: float | None = None
+    gpus: tuple[Gpu, ...] = ()
+    nics: tuple[NicFact, ...] = ()
+    psus: tuple[PsuFact, ...] = ()
+    power_state: PowerState = PowerState.UNKNOWN
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(g.count for g in self.gpus)
+
+    @property
+    def macs(self) -> tuple[str, ...]:
+        return tuple(sorted(n.mac for n in self.nics if n.mac))
+
+
+@dataclass(frozen=True)
+class BmcTarget:
+    """Everything a driver needs for one node. The password stays a Secret until the edge."""
+
+    node: str
+    protocol: str
+    address: str
+    port: int | None
+    username: str
+    password: Secret = field(repr=False)
+    system_id: str | None = None
+    scheme: str = "https"
+    tls: Tls = field(default_factory=Tls)
+    cipher_suite: int = 17
+    request_timeout_s: float = 10.0
+
+
+@runtime_checkable
+class BmcDriver(Protocol):
+    """One node's BMC. Methods raise BmcError subclasses; none prints or sleeps forever."""
+
+    target: BmcTarget
+
+    def validate(self) -> None:
+        """Check the target can work with this driver, without any I/O."""
+
+    def get_power_state(self) -> PowerState: ...
+
+    def set_power(self, action: PowerAction, timeout_s: float) -> PowerState:
+        """Do the action, then poll until the BMC reports its target state (or time out)."""
+
+    def set_boot_device(self, device: BootDevice, *, persistent: bool = False,
+                        mode: BootMode = BootMode.UEFI) -> BootSetting:
+        """Set the next (or every) boot device; read it back and return what the BMC reports."""
+
+    def get_boot_device(self) -> BootSetting: ...
+
+    def hardware_facts(self) -> HardwareFacts: ...
+
+    def power_reading_w(self) -> float | None:
+        """Present input power in watts, or None where the BMC offers no reading."""
+
+    def insert_virtual_media(self, image_url: str) -> None: ...
+
+    def eject_virtual_media(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,143 @@
+"""provision bmc: power, boot and inventory across every node's BMC, in parallel."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from provisioner import bmc as bmc_mod
+from provisioner.bmc import BootDevice, BootMode, PowerAction
+from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.errors import ExitCode
+from provisioner.inventory import load
+
+app = typer.Typer(help="Talk to the nodes' BMCs (Redfish or IPMI): power, boot, inventory.",
+                  no_args_is_help=True)
+
+LimitOpt = Annotated[str | None, typer.Option(
+    "--limit", "-l", help="Only these nodes: comma-separated globs, '!glob' excludes.")]
+ConcurrencyOpt = Annotated[int, typer.Option(
+    "--concurrency", min=1, max=4096, help="BMCs talked to at once.")]
+TimeoutOpt = Annotated[float, typer.Option(
+    "--timeout", min=1.0, help="Seconds one node may take before it is marked failed.")]
+RequestTimeoutOpt = Annotated[float, typer.Option(
+    "--request-timeout", min=0.5, help="Seconds for one BMC request.")]
+
+
+def _result_json(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
+def _run(operation: str, site: Any, limit: str | None, json_out: bool, concurrency: int,
+         timeout_s: float, request_timeout_s: float, op: Callable[[Any], Any]) -> None:
+    loaded = load(resolve_site(site))
+    targets = bmc_mod.targets(loaded, os.environ, limit, request_timeout_s=request_timeout_s)
+    out = console(json_out)
+    with out.node_progress(operation, [t.node for t in targets]) as progress:
+        results = bmc_mod.run_many(targets, op, bmc_mod.make_driver, concurrency=concurrency,
+                                   node_timeout_s=timeout_s, progress=progress)
+    failed = [r for r in results if not r.ok]
+    if json_out:
+        out.emit_json({
+            "schema": "provisioner.bmc/v1", "operation": operation, "site": loaded.site.site.name,
+            "ok": not failed,
+            "nodes": [{"node": r.node, "ok": r.ok, "result": _result_json(r.value),
+                       "error": r.error, "error_kind": r.error_kind,
+                       "elapsed_s": round(r.elapsed_s, 3)} for r in results],
+        })
+    else:
+        out.bmc_results(operation, results)
+    raise typer.Exit(int(ExitCode.BMC if failed else ExitCode.OK))
+
+
+def _power(action: PowerAction, timeout_s: float) -> Callable[[Any], Any]:
+    def op(driver: Any) -> str:
+        return str(driver.set_power(action, timeout_s * 0.9).value)
+    return op
+
+
+class BootModeChoice(StrEnum):
+    uefi = "uefi"
+    legacy = "legacy"
+
+
+@app.command()
+@handle_errors
+def status(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False,
+           concurrency: ConcurrencyOpt = bmc_mod.DEFAULT_CONCURRENCY,
+           timeout: TimeoutOpt = 60.0, request_timeout: RequestTimeoutOpt = 10.0) -> None:
+    """Power state of every node."""
+    _run("status", site, limit, json_out, concurrency, timeout, request_timeout,
+         lambda d: str(d.get_power_state().value))
+
+
+@app.command()
+@handle_errors
+def on(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False,
+       concurrency: ConcurrencyOpt = bmc_mod.DEFAULT_CONCURRENCY,
+       timeout: TimeoutOpt = 180.0, request_timeout: RequestTimeoutOpt = 10.0) -> None:
+    """Power on and wait until every BMC reports on. Check `provision power` first."""
+    _run("on", site, limit, json_out, concurrency, timeout, request_timeout,
+         _power(PowerAction.ON, timeout))
+
+
+@app.command()
+@handle_errors
+def off(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False,
+        soft: Annotated[bool, typer.Option(help="ACPI shutdown instead of a hard off.")] = False,
+        concurrency: ConcurrencyOpt = bmc_mod.DEFAULT_CONCURRENCY,
+        timeout: TimeoutOpt = 180.0, request_timeout: RequestTimeoutOpt = 10.0) -> None:
+    """Power off (hard, or --soft) and wait until every BMC reports off."""
+    _run("off", site, limit, json_out, concurrency, timeout, request_timeout,
+         _power(PowerAction.SOFT_OFF if soft else PowerAction.OFF, timeout))
+
+
+@app.command()
+@handle_errors
+def cycle(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False,
+          concurrency: ConcurrencyOpt = bmc_mod.DEFAULT_CONCURRENCY,
+          timeout: TimeoutOpt = 180.0, request_timeout: RequestTimeoutOpt = 10.0) -> None:
+    """Power cycle (a node that is off is powered on) and wait until it reports on."""
+    _run("cycle", site, limit, json_out, concurrency, timeout, request_timeout,
+         _power(PowerAction.CYCLE, timeout))
+
+
+@app.command()
+@handle_errors
+def pxe(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False,
+        persistent: Annotated[bool, typer.Option(help="Every boot, not only the next.")] = False,
+        mode: Annotated[BootModeChoice, typer.Option(help="Firmware boot mode.")]
+        = BootModeChoice.uefi,
+        concurrency: ConcurrencyOpt = bmc_mod.DEFAULT_CONCURRENCY,
+        timeout: TimeoutOpt = 60.0, request_timeout: RequestTimeoutOpt = 10.0) -> None:
+    """Set network (PXE) boot for the next boot, and read it back."""
+    boot_mode = BootMode(mode.value)
+    _run("pxe", site, limit, json_out, concurrency, timeout, request_timeout,
+         lambda d: d.set_boot_device(BootDevice.PXE, persistent=persistent, mode=boot_mode))
+
+
+@app.command()
+@handle_errors
+def inventory(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False,
+              concurrency: ConcurrencyOpt = bmc_mod.DEFAULT_CONCURRENCY,
+              timeout: TimeoutOpt = 120.0, request_timeout: RequestTimeoutOpt = 10.0) -> None:
+    """Hardware facts: vendor, model, serial, CPUs, memory, GPUs, NICs and MACs, PSUs."""
+    _run("inventory", site, limit, json_out, concurrency, timeout, request_timeout,
+         lambda d: d.hardware_facts())
+
+
+@app.command("power-draw")
+@handle_errors
+def power_draw(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False,
+               concurrency: ConcurrencyOpt = bmc_mod.DEFAULT_CONCURRENCY,
+               timeout: TimeoutOpt = 60.0, request_timeout: RequestTimeoutOpt = 10.0) -> None:
+    """Present input power in W, where the BMC reports it (Redfish or DCMI)."""
+    _run("power-draw", site, limit, json_out, concurrency, timeout, request_timeout,
+         lambda d: d.power_reading_w())

@@ -1,0 +1,68 @@
+"""provision lab: real BMC emulators on loopback for every node of a site."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from provisioner import lab as lab_mod
+from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.errors import ExitCode
+from provisioner.inventory import load
+
+app = typer.Typer(help="The local lab: sushy-tools Redfish and OpenIPMI ipmi_sim BMCs on "
+                  "loopback, one per node of the site.", no_args_is_help=True)
+
+
+@app.command()
+@handle_errors
+def up(site: SiteArg = None,
+       latency_ms: Annotated[int, typer.Option(
+           "--latency-ms", min=0, max=10_000,
+           help="Delay every request to a BMC, as real BMCs are slow.")] = 0,
+       json_out: JsonOpt = False) -> None:
+    """Start an emulated BMC for every node and point the inventory at them."""
+    loaded = load(resolve_site(site))
+    state = lab_mod.up(loaded, latency_ms=latency_ms)
+    out = console(json_out)
+    if json_out:
+        out.emit_json({"schema": "provisioner.lab/v1", "running": True, **state.to_json()})
+    else:
+        out.lab_state(state, lab_mod.lab_dir(loaded))
+
+
+@app.command()
+@handle_errors
+def down(site: SiteArg = None) -> None:
+    """Stop exactly the processes `lab up` started (recorded PIDs), remove the overlay."""
+    loaded = load(resolve_site(site))
+    stopped = lab_mod.down(loaded)
+    console().info(f"lab stopped: {len(stopped)} process(es) ended; overlay removed")
+
+
+@app.command()
+@handle_errors
+def status(site: SiteArg = None, json_out: JsonOpt = False) -> None:
+    """What the lab runs: processes (alive or not) and each node's endpoint.
+
+    Exit 0 when every recorded process runs, 5 when some died, 2 when no lab is up.
+    """
+    loaded = load(resolve_site(site))
+    state = lab_mod.status(loaded)
+    out = console(json_out)
+    if state is None:
+        if json_out:
+            out.emit_json({"schema": "provisioner.lab/v1", "running": False})
+        else:
+            out.info("no lab is running for this site (`provision lab up` starts one)")
+        raise typer.Exit(int(ExitCode.CONFIG))
+    alive = all(p.alive() for p in state.processes)
+    if json_out:
+        doc = state.to_json()
+        for proc, entry in zip(state.processes, doc["processes"], strict=True):
+            entry["alive"] = proc.alive()
+        out.emit_json({"schema": "provisioner.lab/v1", "running": alive, **doc})
+    else:
+        out.lab_state(state, lab_mod.lab_dir(loaded))
+    raise typer.Exit(int(ExitCode.OK if alive else ExitCode.BMC))

@@ -1,0 +1,377 @@
+"""The local lab: real third-party BMC implementations on loopback for every node of a site.
+
+- Redfish nodes: one sushy-tools emulator (fake driver, one system per node, named after the
+  node, with the node's MACs), fresh state directory per lab, HTTP basic auth (bcrypt).
+- IPMI nodes: one OpenIPMI `ipmi_sim` per node, with a chassis-control program that keeps
+  power and boot state in files (`ipmi/<host>/chassis/{power,boot,history}`).
+- Optional latency proxy in front of every BMC (`--latency-ms`).
+
+`lab up` writes the endpoints into an overlay that the site's inventory names
+(`site.lab_overlay`), with a random password in a 0600 file, and records every PID with its
+start time; `lab down` stops exactly those processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provisioner.errors import ConfigError
+from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.models import BmcProtocol, Node
+from provisioner.secrets import write_private
+
+LAB_USER = "admin"
+LAB_CREDENTIALS = "lab-bmc"
+LOOPBACK = "127.0.0.1"
+# The well-known IPMI 1.5 "Get Channel Authentication Capabilities" request (RMCP, no
+# session), as sent by ipmitool: any answer means the BMC is up.
+IPMI_PING = bytes.fromhex("0600ff07000000000000000000092018c88100388e04b5")
+
+
+def state_dir(loaded: LoadedSite) -> Path:
+    return loaded.base_dir.resolve() / ".provision"
+
+
+def lab_dir(loaded: LoadedSite) -> Path:
+    return state_dir(loaded) / "lab"
+
+
+@dataclass
+class LabProcess:
+    role: str  # redfish | ipmi:<host> | proxy
+    pid: int
+    start_ticks: int  # /proc/<pid>/stat field 22: tells a reused PID apart
+    log: str
+
+    def alive(self) -> bool:
+        return _start_ticks(self.pid) == self.start_ticks
+
+
+@dataclass
+class LabState:
+    site: str
+    latency_ms: int
+    processes: list[LabProcess] = field(default_factory=list)
+    endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LabState:
+        return cls(site=data["site"], latency_ms=data.get("latency_ms", 0),
+                   processes=[LabProcess(**p) for p in data.get("processes", [])],
+                   endpoints=data.get("endpoints", {}))
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces; fields after it are split safely.
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _free_port(kind: int) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind((LOOPBACK, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wait_tcp(port: int, timeout_s: float, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ConfigError(f"lab: {what} exited at start (code {proc.returncode})",
+                              hint="see its log in .provision/lab/")
+        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), 0.2):
+            return
+        time.sleep(0.05)
+    raise ConfigError(f"lab: {what} did not listen on {LOOPBACK}:{port} in {timeout_s:g} s")
+
+
+def ipmi_ping(port: int, timeout_s: float = 0.3, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(timeout_s)
+        try:
+            s.sendto(IPMI_PING, (host, port))
+            s.recvfrom(512)
+            return True
+        except OSError:
+            return False
+
+
+def _wait_ipmi(port: int, timeout_s: float, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ConfigError(f"lab: {what} exited at start (code {proc.returncode})",
+                              hint="is OpenIPMI's ipmi_sim installed? (apt-get install openipmi)")
+        if ipmi_ping(port, 0.2):
+            return
+    raise ConfigError(f"lab: {what} did not answer IPMI on UDP {port} in {timeout_s:g} s")
+
+
+def _spawn(argv: Sequence[str], log: Path, env: dict[str, str] | None = None
+           ) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        # A new session: Ctrl-C at the CLI does not reach the lab's processes.
+        return subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=env)
+
+
+def _record(state: LabState, role: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    ticks = _start_ticks(proc.pid)
+    if ticks is None:
+        raise ConfigError(f"lab: {role} exited at start", hint=f"see {log}")
+    state.processes.append(LabProcess(role, proc.pid, ticks, str(log)))
+
+
+def _lab_nodes(loaded: LoadedSite) -> list[Node]:
+    return [n for p in loaded.site.placements for n in p.nodes if n.bmc is not None]
+
+
+def _mac_for(node: Node, index: int) -> str:
+    if node.macs:
+        return sorted(node.macs.values())[0]
+    return f"52:54:00:ff:{(index >> 8) & 255:02x}:{index & 255:02x}"
+
+
+def _save(lab: Path, state: LabState) -> None:
+    tmp = lab / "lab.json.tmp"
+    tmp.write_text(json.dumps(state.to_json(), indent=2))
+    tmp.replace(lab / "lab.json")
+
+
+def status(loaded: LoadedSite) -> LabState | None:
+    path = lab_dir(loaded) / "lab.json"
+    if not path.exists():
+        return None
+    return LabState.from_json(json.loads(path.read_text()))
+
+
+def up(loaded: LoadedSite, *, latency_ms: int = 0, start_timeout_s: float = 30.0) -> LabState:
+    """Start every node's BMC emulator; write the overlay the inventory refers to."""
+    if loaded.site.site.lab_overlay is None:
+        raise ConfigError(
+            f"site {loaded.site.site.name} does not name a lab overlay",
+            hint="add `lab_overlay: .provision/lab/overlay.yaml` under site: to use the lab")
+    current = status(loaded)
+    if current is not None and any(p.alive() for p in current.processes):
+        raise ConfigError("the lab is already running for this site",
+                          hint="`provision lab status` shows it; `provision lab down` stops it")
+    lab = lab_dir(loaded)
+    shutil.rmtree(lab, ignore_errors=True)
+    lab.mkdir(parents=True, mode=0o700)
+    password = secrets.token_hex(8)  # IPMI passwords: at most 16 bytes for IPMI 1.5 users
+    pw_file = lab / "bmc-password"
+    write_private(pw_file, password + "\n")
+    state = LabState(site=loaded.site.site.name, latency_ms=latency_ms)
+    try:
+        _start(loaded, lab, state, password, latency_ms, start_timeout_s)
+    except BaseException:
+        _stop(state)
+        _save(lab, state)
+        raise
+    _write_overlay(loaded, state, pw_file)
+    _save(lab, state)
+    return state
+
+
+def _start(loaded: LoadedSite, lab: Path, state: LabState, password: str, latency_ms: int,
+           timeout_s: float) -> None:
+    nodes = _lab_nodes(loaded)
+    redfish = [n for n in nodes if n.bmc and n.bmc.protocol is BmcProtocol.REDFISH]
+    ipmi = [n for n in nodes if n.bmc and n.bmc.protocol is BmcProtocol.IPMI]
+    proxy_tcp: list[list[int]] = []
+    proxy_udp: list[list[int]] = []
+    if redfish:
+        port = _start_sushy(loaded, lab, state, password, redfish, timeout_s)
+        for n in redfish:
+            ep = state.endpoints[n.hostname]
+            ep["port"] = port
+            if latency_ms:
+                ep["port"] = _free_port(socket.SOCK_STREAM)
+                proxy_tcp.append([ep["port"], port])
+    ctl = lab / "chassisctl.sh"
+    ctl.write_bytes(resources.files("provisioner.lab").joinpath("chassisctl.sh").read_bytes())
+    ctl.chmod(0o700)
+    pending: list[tuple[Node, int, subprocess.Popen[bytes]]] = []
+    for n in ipmi:
+        port = _free_port(socket.SOCK_DGRAM)
+        proc = _start_ipmi_sim(lab, state, n, port, password, ctl)
+        pending.append((n, port, proc))
+    for n, port, proc in pending:
+        _wait_ipmi(port, timeout_s, proc, f"ipmi_sim for {n.hostname}")
+        ep = {"address": LOOPBACK, "port": port, "cipher_suite": 3,
+              "chassis_dir": str(lab / "ipmi" / n.hostname / "chassis")}
+        if latency_ms:
+            ep["port"] = _free_port(socket.SOCK_DGRAM)
+            proxy_udp.append([ep["port"], port])
+        state.endpoints[n.hostname] = ep
+    if latency_ms:
+        cfg = lab / "proxy.json"
+        cfg.write_text(json.dumps({"latency_ms": latency_ms, "tcp": proxy_tcp,
+                                   "udp": proxy_udp}))
+        log = lab / "proxy.log"
+        proc = _spawn([sys.executable, "-m", "provisioner.lab.proxy", str(cfg)], log)
+        _record(state, "proxy", proc, log)
+        for listen, _ in proxy_tcp:
+            _wait_tcp(listen, timeout_s, proc, "latency proxy")
+        deadline = time.monotonic() + timeout_s
+        while "proxy ready" not in log.read_text() and time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ConfigError("lab: latency proxy exited at start", hint=f"see {log}")
+            time.sleep(0.05)
+
+
+def _start_sushy(loaded: LoadedSite, lab: Path, state: LabState, password: str,
+                 nodes: list[Node], timeout_s: float) -> int:
+    import bcrypt  # sushy-tools' own dependency for its htpasswd file
+
+    rdir = lab / "redfish"
+    (rdir / "tmp").mkdir(parents=True)
+    htpasswd = rdir / "htpasswd"
+    write_private(htpasswd, f"{LAB_USER}:"
+                  + bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode() + "\n")
+    systems = []
+    for i, n in enumerate(nodes):
+        sys_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS,
+                                  f"{n.hostname}.{loaded.site.site.name}.lab"))
+        nics = [{"mac": _mac_for(n, i), "ip": str(ip)} for ip in list(n.addresses.values())[:1]]
+        systems.append({"uuid": sys_uuid, "name": n.hostname, "power_state": "Off",
+                        "external_notifier": False, "nics": nics or [{"mac": _mac_for(n, i)}]})
+        state.endpoints[n.hostname] = {"address": LOOPBACK, "scheme": "http",
+                                       "system_id": sys_uuid}
+    conf = rdir / "emulator.conf"
+    conf.write_text(
+        "SUSHY_EMULATOR_FAKE_DRIVER = True\n"
+        f"SUSHY_EMULATOR_STATE_DIR = {str(rdir / 'state')!r}\n"
+        f"SUSHY_EMULATOR_AUTH_FILE = {str(htpasswd)!r}\n"
+        f"SUSHY_EMULATOR_FAKE_SYSTEMS = {systems!r}\n")
+    port = _free_port(socket.SOCK_STREAM)
+    log = rdir / "emulator.log"
+    env = {**os.environ, "TMPDIR": str(rdir / "tmp")}  # virtual media downloads land here
+    proc = _spawn([sys.executable, "-m", "sushy_tools.emulator.main", "--config", str(conf),
+                   "-i", LOOPBACK, "-p", str(port)], log, env)
+    _record(state, "redfish", proc, log)
+    _wait_tcp(port, timeout_s, proc, "sushy-emulator")
+    return port
+
+
+def _start_ipmi_sim(lab: Path, state: LabState, node: Node, port: int, password: str,
+                    ctl: Path) -> subprocess.Popen[bytes]:
+    d = lab / "ipmi" / node.hostname
+    (d / "chassis").mkdir(parents=True)
+    (d / "state").mkdir()
+    guid = uuid.uuid5(uuid.NAMESPACE_DNS, f"{node.hostname}.ipmi.lab").hex
+    lan = d / "lan.conf"
+    write_private(lan, f"""\
+name "{node.hostname}"
+set_working_mc 0x20
+  startlan 1
+    addr {LOOPBACK} {port}
+    priv_limit admin
+    allowed_auths_callback none md2 md5 straight
+    allowed_auths_user none md2 md5 straight
+    allowed_auths_operator none md2 md5 straight
+    allowed_auths_admin none md2 md5 straight
+    guid {guid}
+  endlan
+  chassis_control "{ctl} {d / 'chassis'}"
+  user 2 true "{LAB_USER}" "{password}" admin 10 none md2 md5 straight
+""")
+    emu = d / "bmc.emu"
+    emu.write_text("mc_setbmc 0x20\n"
+                   "mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr\n"
+                   "sel_enable 0x20 1000 0x0a\nmc_enable 0x20\n")
+    ipmi_sim = shutil.which("ipmi_sim")
+    if ipmi_sim is None:
+        raise ConfigError("lab: ipmi_sim is not installed",
+                          hint="apt-get install openipmi (scripts/bootstrap.sh does it)")
+    log = d / "ipmi_sim.log"
+    proc = _spawn([ipmi_sim, "-n", "-c", str(lan), "-f", str(emu), "-s", str(d / "state")], log)
+    _record(state, f"ipmi:{node.hostname}", proc, log)
+    return proc
+
+
+def _write_overlay(loaded: LoadedSite, state: LabState, pw_file: Path) -> None:
+    overlay_path = overlay_file(loaded)
+    assert overlay_path is not None
+    bmc = {}
+    for host, ep in state.endpoints.items():
+        entry = {k: v for k, v in ep.items() if k in ("address", "port", "scheme", "system_id",
+                                                      "cipher_suite")}
+        entry["credentials"] = LAB_CREDENTIALS
+        bmc[host] = entry
+    doc = {"credentials": {LAB_CREDENTIALS: {"username": LAB_USER,
+                                             "password": {"file": str(pw_file.resolve())}}},
+           "bmc": bmc}
+    overlay_path.parent.mkdir(parents=True, exist_ok=True)
+    overlay_path.write_text("# Written by `provision lab up`; removed by `provision lab down`.\n"
+                            + yaml.safe_dump(doc, sort_keys=True))
+
+
+def overlay_file(loaded: LoadedSite) -> Path | None:
+    rel = loaded.site.site.lab_overlay
+    return None if rel is None else loaded.base_dir.resolve() / rel
+
+
+def _stop(state: LabState, grace_s: float = 5.0) -> list[LabProcess]:
+    """Stop exactly the recorded processes (same PID and start time), TERM then KILL."""
+    alive = [p for p in state.processes if p.alive()]
+    for p in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(p.alive() for p in alive):
+        time.sleep(0.05)
+    for p in alive:
+        if p.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGKILL)
+    for p in alive:  # reap our own children when this process started them
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(p.pid, os.WNOHANG)
+    return alive
+
+
+def down(loaded: LoadedSite) -> list[LabProcess]:
+    """Stop the lab's processes and remove its state and overlay."""
+    state = status(loaded)
+    stopped = _stop(state) if state else []
+    overlay = overlay_file(loaded)
+    if overlay is not None:
+        overlay.unlink(missing_ok=True)
+    shutil.rmtree(lab_dir(loaded), ignore_errors=True)
+    return stopped
+
+
+def kill_one(loaded: LoadedSite, role: str) -> LabProcess:
+    """Kill one lab process by role (fault tests: a BMC dying mid-operation)."""
+    state = status(loaded)
+    for p in state.processes if state else []:
+        if p.role == role and p.alive():
+            os.kill(p.pid, signal.SIGKILL)
+            return p
+    raise ConfigError(f"lab: no running process {role}")
