@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from pyghmi import exceptions as pyghmi_exc
 from pyghmi.ipmi import command as ipmi_command
+from pyghmi.ipmi.private import session as ipmi_session
 
 from provisioner.bmc.base import (
     ACTION_TARGET,
@@ -110,8 +111,18 @@ class IpmiDriver:
             return fn()
         except BmcError:
             raise
-        except (pyghmi_exc.IpmiException, OSError, AssertionError, KeyError) as exc:
+        except (pyghmi_exc.IpmiException, OSError, AssertionError, KeyError,
+                TypeError) as exc:
+            if "no longer connected" in str(exc) or isinstance(exc, TypeError):
+                # pyghmi lost or reused a stale session: drop it; the retry logs in again.
+                self._drop()
+                raise BmcUnreachable(f"{self.target.node}: IPMI session lost") from None
             raise self._map(exc) from None
+
+    def _drop(self) -> None:
+        cmd, self._cmd = self._cmd, None
+        if cmd is not None:
+            self._logout(cmd)
 
     def _retry(self, fn: Callable[[], T]) -> T:
         return retry(lambda: self._call(fn), self.retry_policy, sleep=self._sleep)
@@ -127,9 +138,12 @@ class IpmiDriver:
                                        keepalive=False)
             return cmd
 
-        # A login that fails with "no answer" is not retried here: the per-node deadline of
-        # the fan-out decides how long a dead BMC may take.
-        cmd = self._call(login)
+        try:
+            cmd = self._call(login)
+        except BmcUnreachable as exc:
+            # pyghmi already retried the login for several seconds: do not multiply that.
+            exc.transient = False
+            raise
         session = getattr(cmd, "ipmi_session", None)
         if t.cipher_suite == 17 and getattr(session, "attemptedhash", None) == SHA1_HASH:
             self._logout(cmd)
@@ -141,20 +155,30 @@ class IpmiDriver:
 
     @staticmethod
     def _logout(cmd: Any) -> None:
+        """Log out and drop the session from pyghmi's cache.
+
+        pyghmi 1.6 keeps a logged-out session in Session.initting_sessions and hands it to
+        the next Command for the same BMC, which then fails (TypeError in raw_command).
+        Its _mark_broken() logs out but looks the entry up by the encoded credentials, so
+        the entry is removed here by identity.
+        """
+        session = getattr(cmd, "ipmi_session", None)
         with contextlib.suppress(Exception):  # best effort; the BMC times sessions out
-            cmd.ipmi_session.logout()
+            session._mark_broken()  # type: ignore[union-attr]
+        cache = getattr(ipmi_session.Session, "initting_sessions", {})
+        for key, value in list(cache.items()):
+            if value is session:
+                cache.pop(key, None)
 
     # -------------------------------------------------------- power
 
     def get_power_state(self) -> PowerState:
-        cmd = self._connect()
-        raw = self._retry(cmd.get_power)
+        raw = self._retry(lambda: self._connect().get_power())
         return POWER_FROM_IPMI.get(str(raw.get("powerstate")), PowerState.UNKNOWN)
 
     def set_power(self, action: PowerAction, timeout_s: float) -> PowerState:
         start = time.monotonic()
         deadline = start + timeout_s
-        cmd = self._connect()
         current = self.get_power_state()
         target = ACTION_TARGET[action]
         if action in (PowerAction.ON, PowerAction.OFF, PowerAction.SOFT_OFF) and current is target:
@@ -163,6 +187,7 @@ class IpmiDriver:
             action = PowerAction.ON
 
         def send() -> Any:
+            cmd = self._connect()
             if action is PowerAction.CYCLE:
                 rsp = cmd.raw_command(netfn=0, command=2, data=(CHASSIS_CONTROL_POWER_CYCLE,))
                 if "error" in rsp:
@@ -192,17 +217,15 @@ class IpmiDriver:
     # -------------------------------------------------------- boot
 
     def get_boot_device(self) -> BootSetting:
-        cmd = self._connect()
-        raw = self._retry(cmd.get_bootdev)
+        raw = self._retry(lambda: self._connect().get_bootdev())
         device = BOOT_FROM_IPMI.get(str(raw.get("bootdev")), BootDevice.NONE)
         mode = {True: BootMode.UEFI, False: BootMode.LEGACY}.get(raw.get("uefimode"))
         return BootSetting(device=device, persistent=raw.get("persistent"), mode=mode)
 
     def set_boot_device(self, device: BootDevice, *, persistent: bool = False,
                         mode: BootMode = BootMode.UEFI) -> BootSetting:
-        cmd = self._connect()
-        self._retry(lambda: cmd.set_bootdev(BOOT_TO_IPMI[device], persist=persistent,
-                                            uefiboot=mode is BootMode.UEFI))
+        self._retry(lambda: self._connect().set_bootdev(
+            BOOT_TO_IPMI[device], persist=persistent, uefiboot=mode is BootMode.UEFI))
         got = self.get_boot_device()
         if got.device is device:
             return got
@@ -216,11 +239,10 @@ class IpmiDriver:
     # -------------------------------------------------------- inspection
 
     def hardware_facts(self) -> HardwareFacts:
-        cmd = self._connect()
         state = self.get_power_state()
         system: dict[str, Any] = {}
         try:
-            for name, info in self._call(lambda: list(cmd.get_inventory())):
+            for name, info in self._call(lambda: list(self._connect().get_inventory())):
                 if name == "System" and isinstance(info, dict):
                     system = info
                     break
@@ -233,9 +255,8 @@ class IpmiDriver:
             power_state=state)
 
     def power_reading_w(self) -> float | None:
-        cmd = self._connect()
         try:
-            return float(self._call(cmd.get_system_power_watts))
+            return float(self._call(lambda: self._connect().get_system_power_watts()))
         except (BmcUnsupported, BmcRefused):
             return None  # no DCMI power reading on this BMC
 
@@ -247,7 +268,5 @@ class IpmiDriver:
         raise BmcUnsupported(f"{self.target.node}: IPMI has no standard virtual media")
 
     def close(self) -> None:
-        cmd, self._cmd = self._cmd, None
-        if cmd is not None:
-            self._logout(cmd)
+        self._drop()
 

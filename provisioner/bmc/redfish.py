@@ -49,9 +49,10 @@ from provisioner.errors import (
 T = TypeVar("T")
 JSON = dict[str, Any]
 
-# sushy logs request details at DEBUG; keep its loggers quiet whatever the caller configures.
+# sushy logs request details at DEBUG and its session-auth fallbacks as errors; this driver
+# reports every failure itself, so keep the library's loggers out of the user's console.
 for _name in ("sushy", "urllib3"):
-    logging.getLogger(_name).setLevel(logging.WARNING)
+    logging.getLogger(_name).setLevel(logging.CRITICAL)
 
 # ---------------------------------------------------------------- mapping tables
 
@@ -326,8 +327,10 @@ class RedfishDriver:
         if t.tls.fingerprint_sha256:
             # sushy's Connector has no public hook for an adapter; its requests session does.
             conn._session.mount("https://", _PinnedAdapter(t.tls.fingerprint_sha256))
-        auth = sushy_auth.SessionOrBasicAuth(username=t.username,
-                                             password=t.password.reveal())
+        # Sessions over HTTPS (real BMCs limit and expire them); plain HTTP is only allowed
+        # when the inventory says so explicitly (the lab's emulator has no SessionService).
+        auth_cls = sushy_auth.BasicAuth if t.scheme == "http" else sushy_auth.SessionOrBasicAuth
+        auth = auth_cls(username=t.username, password=t.password.reveal())
         self._root = self._call(lambda: sushy.Sushy(
             self.base_url, auth=auth, connector=conn, verify=self._verify(),
             server_side_retries=0, read_timeout=t.request_timeout_s,

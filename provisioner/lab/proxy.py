@@ -15,7 +15,7 @@ import asyncio
 import json
 import signal
 import sys
-from typing import Any
+from typing import Any, cast
 
 HOST = "127.0.0.1"
 
@@ -52,8 +52,9 @@ class _UdpUpstream(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.DatagramTransport)
-        self.transport = transport
+        # Not isinstance-checked: 3.11's selector datagram transport does not subclass
+        # asyncio.DatagramTransport.
+        self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
         self.front.sendto(data, self.client)
@@ -66,8 +67,9 @@ class _UdpFront(asyncio.DatagramProtocol):
         self.peers: dict[Any, asyncio.Future[_UdpUpstream]] = {}
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.DatagramTransport)
-        self.transport = transport
+        # Not isinstance-checked: 3.11's selector datagram transport does not subclass
+        # asyncio.DatagramTransport.
+        self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
         asyncio.get_running_loop().create_task(self._forward(data, addr))

@@ -1,0 +1,49 @@
+"""Fixtures that start real peers (the lab's sushy-tools and ipmi_sim) and stop them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from provisioner import lab as lab_mod
+from provisioner.inventory import load
+from tests.conftest import EXAMPLE, ROOT
+
+requires_ipmi_sim = pytest.mark.skipif(shutil.which("ipmi_sim") is None,
+                                       reason="OpenIPMI ipmi_sim not installed "
+                                              "(scripts/bootstrap.sh installs it)")
+
+
+@pytest.fixture
+def site_copy(tmp_path: Path) -> Path:
+    """A private copy of the example site, so lab state lands in the test's tmp dir."""
+    dest = tmp_path / "site"
+    shutil.copytree(EXAMPLE, dest, ignore=shutil.ignore_patterns(".provision"))
+    return dest
+
+
+@pytest.fixture
+def lab(site_copy: Path):
+    """The example site with its lab running; yields the reloaded site (overlay applied)."""
+    loaded = load(site_copy)
+    lab_mod.up(loaded)
+    try:
+        yield load(site_copy)
+    finally:
+        lab_mod.down(loaded)
+
+
+def provision(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
+              check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a subprocess."""
+    proc = subprocess.run([sys.executable, "-m", "provisioner", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=timeout, env=env or os.environ.copy(),
+                          check=False)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
