@@ -38,6 +38,9 @@ from provisioner.inventory.models import BmcProtocol, Node
 from provisioner.secrets import write_private
 
 LAB_USER = "admin"
+# Redfish systems per sushy-tools process. Real BMCs each have their own CPU; one Flask
+# process for hundreds of systems would make the lab, not the tool, the bottleneck.
+SYSTEMS_PER_EMULATOR = 32
 LAB_CREDENTIALS = "lab-bmc"
 LOOPBACK = "127.0.0.1"
 # The well-known IPMI 1.5 "Get Channel Authentication Capabilities" request (RMCP, no
@@ -90,11 +93,17 @@ def _start_ticks(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[19])
 
 
-def _free_port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind((LOOPBACK, 0))
-        port: int = s.getsockname()[1]
-        return port
+def _free_ports(kind: int, count: int) -> list[int]:
+    """`count` distinct free loopback ports: all held open until all are chosen, so the
+    kernel cannot hand out the same one twice."""
+    socks = [socket.socket(socket.AF_INET, kind) for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind((LOOPBACK, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _wait_tcp(port: int, timeout_s: float, proc: subprocess.Popen[bytes], what: str) -> None:
@@ -205,29 +214,38 @@ def _start(loaded: LoadedSite, lab: Path, state: LabState, password: str, latenc
     ipmi = [n for n in nodes if n.bmc and n.bmc.protocol is BmcProtocol.IPMI]
     proxy_tcp: list[list[int]] = []
     proxy_udp: list[list[int]] = []
-    if redfish:
-        port = _start_sushy(loaded, lab, state, password, redfish, timeout_s)
-        for n in redfish:
+    shards = [redfish[i:i + SYSTEMS_PER_EMULATOR]
+              for i in range(0, len(redfish), SYSTEMS_PER_EMULATOR)]
+    tcp_ports = _free_ports(socket.SOCK_STREAM,
+                            len(shards) + (len(redfish) if latency_ms else 0))
+    udp_ports = _free_ports(socket.SOCK_DGRAM, len(ipmi) * (2 if latency_ms else 1))
+    fronts_tcp = iter(tcp_ports[len(shards):])
+    started = [(shard, _start_sushy(loaded, lab / f"redfish-{i}", state, password, shard,
+                                    tcp_ports[i], f"redfish-{i}"))
+               for i, shard in enumerate(shards)]
+    for shard, (port, proc) in started:
+        _wait_tcp(port, timeout_s, proc, "sushy-emulator")
+        for n in shard:
             ep = state.endpoints[n.hostname]
             ep["port"] = port
             if latency_ms:
-                ep["port"] = _free_port(socket.SOCK_STREAM)
+                ep["port"] = next(fronts_tcp)
                 proxy_tcp.append([ep["port"], port])
     ctl = lab / "chassisctl.sh"
     ctl.write_bytes(resources.files("provisioner.lab").joinpath("chassisctl.sh").read_bytes())
     ctl.chmod(0o700)
     pending: list[tuple[Node, int, subprocess.Popen[bytes]]] = []
-    for n in ipmi:
-        port = _free_port(socket.SOCK_DGRAM)
+    for n, port in zip(ipmi, udp_ports, strict=False):
         proc = _start_ipmi_sim(lab, state, n, port, password, ctl)
         pending.append((n, port, proc))
-    for n, port, proc in pending:
+    fronts = udp_ports[len(ipmi):]
+    for i, (n, port, proc) in enumerate(pending):
         _wait_ipmi(port, timeout_s, proc, f"ipmi_sim for {n.hostname}")
         ep = {"address": LOOPBACK, "port": port, "cipher_suite": 3,
               "chassis_dir": str(lab / "ipmi" / n.hostname / "chassis")}
         if latency_ms:
-            ep["port"] = _free_port(socket.SOCK_DGRAM)
-            proxy_udp.append([ep["port"], port])
+            ep["port"] = fronts[i]
+            proxy_udp.append([fronts[i], port])
         state.endpoints[n.hostname] = ep
     if latency_ms:
         cfg = lab / "proxy.json"
@@ -245,11 +263,12 @@ def _start(loaded: LoadedSite, lab: Path, state: LabState, password: str, latenc
             time.sleep(0.05)
 
 
-def _start_sushy(loaded: LoadedSite, lab: Path, state: LabState, password: str,
-                 nodes: list[Node], timeout_s: float) -> int:
+def _start_sushy(loaded: LoadedSite, rdir: Path, state: LabState, password: str,
+                 nodes: list[Node], port: int, role: str
+                 ) -> tuple[int, subprocess.Popen[bytes]]:
+    """One sushy-tools emulator for these nodes; the caller waits for it to listen."""
     import bcrypt  # sushy-tools' own dependency for its htpasswd file
 
-    rdir = lab / "redfish"
     (rdir / "tmp").mkdir(parents=True)
     htpasswd = rdir / "htpasswd"
     write_private(htpasswd, f"{LAB_USER}:"
@@ -269,14 +288,12 @@ def _start_sushy(loaded: LoadedSite, lab: Path, state: LabState, password: str,
         f"SUSHY_EMULATOR_STATE_DIR = {str(rdir / 'state')!r}\n"
         f"SUSHY_EMULATOR_AUTH_FILE = {str(htpasswd)!r}\n"
         f"SUSHY_EMULATOR_FAKE_SYSTEMS = {systems!r}\n")
-    port = _free_port(socket.SOCK_STREAM)
     log = rdir / "emulator.log"
     env = {**os.environ, "TMPDIR": str(rdir / "tmp")}  # virtual media downloads land here
     proc = _spawn([sys.executable, "-m", "sushy_tools.emulator.main", "--config", str(conf),
                    "-i", LOOPBACK, "-p", str(port)], log, env)
-    _record(state, "redfish", proc, log)
-    _wait_tcp(port, timeout_s, proc, "sushy-emulator")
-    return port
+    _record(state, role, proc, log)
+    return port, proc
 
 
 def _start_ipmi_sim(lab: Path, state: LabState, node: Node, port: int, password: str,

@@ -115,7 +115,7 @@ def test_closed_port_is_unreachable(lab):
 
 def test_killed_emulator_fails_its_nodes_and_the_others_finish(lab):
     run(lab, power(PowerAction.OFF))
-    killer = threading.Timer(0.3, lambda: lab_mod.kill_one(lab, "redfish"))
+    killer = threading.Timer(0.3, lambda: lab_mod.kill_one(lab, "redfish-0"))
     killer.start()
     res = run(lab, power(PowerAction.ON), node_timeout_s=120)
     killer.join()
