@@ -27,6 +27,7 @@ from provisioner.power import BudgetReport, RackBudget
 if TYPE_CHECKING:
     from provisioner.bmc.pool import NodeResult
     from provisioner.lab import LabState
+    from provisioner.runner import RunResult, TaskEvent
 
 
 class Console:
@@ -186,6 +187,16 @@ class Console:
         failed = sum(not r.ok for r in results)
         self.out.print(f"{len(results) - failed} ok, {failed} failed")
 
+    def artifacts(self, items: Sequence[Mapping[str, str]]) -> None:
+        table = Table(title="What the rendered roles fetch (fill the mirror with these)",
+                      title_justify="left")
+        for col in ("kind", "name", "version", "role", "hosts"):
+            table.add_column(col)
+        for it in items:
+            table.add_row(it["kind"], it["name"], it["version"] or "(any)", it["role"],
+                          it["hosts"])
+        self.out.print(table)
+
     def lab_state(self, state: LabState, where: Path) -> None:
         table = Table(title=f"lab for site {state.site} (latency {state.latency_ms} ms)",
                       title_justify="left")
@@ -202,6 +213,56 @@ class Console:
             eps.add_row(node, f"{proto} {ep['address']}:{ep['port']}")
         self.out.print(eps)
         self.out.print(f"state and logs: {where}")
+
+
+    # -------------------------------------------------------------- playbooks
+
+    @contextmanager
+    def playbook_progress(self, playbook: str) -> Iterator[Callable[[TaskEvent], None]]:
+        """Per-host progress: changed and failed results as they happen (stderr)."""
+        if self.json_mode or self.quiet:
+            yield lambda ev: None
+            return
+        self.err.print(f"[bold]running {escape(playbook)}[/]")
+        colors = {"changed": "yellow", "failed": "red", "unreachable": "red"}
+
+        def show(ev: TaskEvent) -> None:
+            if ev.status in colors:
+                note = f": {escape(ev.message)}" if ev.message else ""
+                mode = " (check mode)" if ev.check_mode else ""
+                self.err.print(f"  [{colors[ev.status]}]{ev.status}[/] {ev.host} | "
+                               f"{escape(ev.task)}{mode}{note}")
+
+        yield show
+
+    @staticmethod
+    def run_result_json(result: RunResult) -> dict[str, Any]:
+        return {
+            "schema": "provisioner.run/v1", "playbook": result.playbook, "ok": result.ok,
+            "status": result.status, "rc": result.rc,
+            "hosts": {h: dataclass_dict(s) for h, s in result.hosts.items()},
+            "failures": [dataclass_dict(e) for e in result.failures],
+            "artifact_dir": result.artifact_dir,
+        }
+
+    def run_result(self, result: RunResult) -> None:
+        table = Table(title=f"{result.playbook}: {result.status}", title_justify="left")
+        for col in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
+            table.add_column(col, justify="left" if col == "host" else "right")
+        for host, s in result.hosts.items():
+            table.add_row(host, str(s.ok), str(s.changed), str(s.failed), str(s.unreachable),
+                          str(s.skipped))
+        self.out.print(table)
+        for ev in result.failures:
+            self.out.print(f"[red]{ev.status}[/] {ev.host} | {escape(ev.task)}: "
+                           f"{escape(ev.message)}")
+        self.out.print(f"logs: {result.artifact_dir}")
+
+
+def dataclass_dict(obj: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(obj)
 
 
 def _describe(value: Any) -> str:

@@ -9,6 +9,8 @@ import typer
 from provisioner import __version__
 from provisioner.cli import bmc, inventory, lab
 from provisioner.cli.common import STATE
+from provisioner.cli.render import render
+from provisioner.cli.run import run
 
 app = typer.Typer(
     name="provision",
@@ -43,6 +45,8 @@ def _root(
 app.command()(inventory.validate)
 app.command()(inventory.power)
 app.command()(inventory.catalog)
+app.command()(render)
+app.command()(run)
 app.add_typer(bmc.app, name="bmc")
 app.add_typer(lab.app, name="lab")
 

@@ -8,6 +8,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Annotated, ParamSpec, TypeVar
 
+import click
 import typer
 
 from provisioner.console import Console
@@ -71,5 +72,15 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except KeyboardInterrupt:
             console().err.print("interrupted")
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except (typer.Exit, typer.Abort, click.exceptions.ClickException):
+            raise
+        except Exception as exc:
+            if STATE.debug:
+                raise
+            # A bug: one line, no locals (they may hold secrets), no traceback unless --debug.
+            console().err.print(
+                f"[bold red]internal error:[/] {type(exc).__name__} (a bug in provisioner; "
+                "rerun with --debug for the traceback and report it)")
+            raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
     return wrapper

@@ -1,0 +1,46 @@
+"""provision render: the site as a self-contained Ansible project (ansible-runner layout)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from provisioner import render as render_mod
+from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.inventory import load
+
+
+@handle_errors
+def render(site: SiteArg = None,
+           out: Annotated[Path | None, typer.Option(
+               "--out", "-o", help="Directory to write (replaced if it is a former render). "
+               "Default: .provision/ansible next to the site.")] = None,
+           lab: Annotated[bool, typer.Option(
+               help="Render for the local lab: steps that need a GPU, the internet or an "
+               "init system run in check mode or are listed.")] = False,
+           artifacts: Annotated[bool, typer.Option(
+               "--artifacts", help="List every package, image and file the roles will "
+               "fetch (to fill an air-gapped mirror) instead of rendering.")] = False,
+           json_out: JsonOpt = False) -> None:
+    """Render inventory, group_vars, host_vars, playbooks and roles for the site."""
+    loaded = load(resolve_site(site))
+    out_con = console(json_out)
+    if artifacts:
+        items = render_mod.artifacts(loaded)
+        if json_out:
+            out_con.emit_json({"schema": "provisioner.artifacts/v1",
+                               "site": loaded.site.site.name, "artifacts": items})
+        else:
+            out_con.artifacts(items)
+        return
+    target = out or loaded.base_dir / ".provision" / "ansible"
+    result = render_mod.render(loaded, target, lab=lab)
+    if json_out:
+        out_con.emit_json({"schema": "provisioner.render/v1", "out": str(result.out),
+                           "files": len(result.files), "groups": result.groups})
+    else:
+        out_con.info(f"rendered {len(result.files)} files to {result.out}")
+        for group, hosts in result.groups.items():
+            out_con.info(f"  {group}: {', '.join(hosts)}")

@@ -1,0 +1,43 @@
+"""provision run: render the site and run a playbook through ansible-runner."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from provisioner import render as render_mod
+from provisioner import runner as runner_mod
+from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.errors import ExitCode
+from provisioner.inventory import load
+
+
+@handle_errors
+def run(site: SiteArg = None,
+        playbook: Annotated[str, typer.Argument(help="Entry playbook in playbooks/.")]
+        = "site.yml",
+        limit: Annotated[str | None, typer.Option("--limit", "-l",
+                                                  help="Ansible host pattern.")] = None,
+        tags: Annotated[str | None, typer.Option("--tags", "-t",
+                                                 help="Only roles/tasks with these tags.")]
+        = None,
+        check: Annotated[bool, typer.Option("--check", help="Ansible check mode: change "
+                                            "nothing, report what would change.")] = False,
+        lab: Annotated[bool, typer.Option(help="Render for the local lab (see `render`).")]
+        = False,
+        forks: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+        json_out: JsonOpt = False) -> None:
+    """Render the site, run PLAYBOOK, and report per host. Exit 7 when any host failed."""
+    loaded = load(resolve_site(site))
+    target = loaded.base_dir / ".provision" / "ansible"
+    render_mod.render(loaded, target, lab=lab)
+    out = console(json_out)
+    with out.playbook_progress(playbook) as on_event:
+        result = runner_mod.run_playbook(target, playbook, limit=limit, tags=tags,
+                                         check=check, forks=forks, on_event=on_event)
+    if json_out:
+        out.emit_json(out.run_result_json(result))
+    else:
+        out.run_result(result)
+    raise typer.Exit(int(ExitCode.OK if result.ok else ExitCode.PLAYBOOK))

@@ -1,0 +1,366 @@
+"""Site -> a self-contained Ansible project (an ansible-runner private data directory).
+
+Output is deterministic (same site, byte-identical files: sorted keys, sorted walks) and
+secret-free: credentials appear only as references. Every value that reaches a shell, a
+config file or a switch CLI was validated by the inventory models (RFC 1123 host names,
+interface names, versions) and is checked again here before it is written.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from provisioner import __version__
+from provisioner.errors import RenderError
+from provisioner.inventory.checks import default_roles
+from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.models import (
+    HOSTNAME_RE,
+    OPEN_ONLY_ARCHS,
+    PROPRIETARY_ONLY_ARCHS,
+    BlockKind,
+    BlockType,
+    Node,
+    Placement,
+    Role,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOKS_DIR = PROJECT_ROOT / "playbooks"
+ROLES_DIR = PROJECT_ROOT / "roles"
+TEMPLATES_DIR = PROJECT_ROOT / "templates"
+GROUP_RE = re.compile(r"[^a-z0-9_]")
+SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:/@+=, -]*$")
+WELL_KNOWN_GROUPS = ("servers", "switches", "kube_control_plane", "kube_node", "gpu_nodes",
+                     "nvswitch_nodes", "imex_nodes", "roce_nodes", "storage_nodes")
+
+
+def group_name(*parts: str) -> str:
+    """Ansible group names: lower case, [a-z0-9_] only."""
+    return GROUP_RE.sub("_", "_".join(parts).lower())
+
+
+def _dump(data: Any) -> str:
+    return "---\n" + yaml.safe_dump(data, sort_keys=True, default_flow_style=False,
+                                    width=4096, allow_unicode=True)
+
+
+@dataclass
+class Rendered:
+    out: Path
+    files: list[Path] = field(default_factory=list)
+    groups: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    node: Node
+    placement: Placement
+    block: BlockType
+    roles: tuple[Role, ...]
+
+
+def _hosts(loaded: LoadedSite) -> list[HostPlan]:
+    out = []
+    for p in loaded.site.placements:
+        block = loaded.catalog.get(p.block)
+        if block is None:
+            raise RenderError(f"placement of unknown block type {p.block!r}",
+                              hint="run `provision validate` first")
+        for node in p.nodes:
+            if not HOSTNAME_RE.match(node.hostname):  # belt and braces: reaches shells
+                raise RenderError(f"refusing host name {node.hostname!r}")
+            out.append(HostPlan(node, p, block, node.roles or default_roles(block.kind)))
+    return out
+
+
+def kernel_modules_for(loaded: LoadedSite, block: BlockType) -> str:
+    """open or proprietary for one block type, honouring the site's choice."""
+    drv = loaded.site.software.nvidia_driver
+    wanted = drv.kernel_modules if drv else "auto"
+    arch = block.gpu.architecture if block.gpu else None
+    if wanted != "auto":
+        return wanted
+    if arch in PROPRIETARY_ONLY_ARCHS:
+        return "proprietary"
+    if arch in OPEN_ONLY_ARCHS:
+        return "open"
+    branch = int(drv.branch) if drv else 0
+    # Open modules are NVIDIA's default since R560 (driver installation guide).
+    return "open" if branch >= 560 else "proprietary"
+
+
+def roce_tos(dscp: int) -> int:
+    """RDMA-CM ToS byte: DSCP in the upper six bits, ECT(0) = 2 in the lower two (26 -> 106)."""
+    return (dscp << 2) | 2
+
+
+def pfc_vector(priority: int) -> str:
+    return ",".join("1" if i == priority else "0" for i in range(8))
+
+
+def _group_vars(loaded: LoadedSite, lab: bool) -> dict[str, Any]:
+    site, sw = loaded.site, loaded.site.software
+    drv = sw.nvidia_driver
+    roce = sw.roce
+    data: dict[str, Any] = {
+        "provisioner_site": site.site.name,
+        "provisioner_lab": lab,
+        "provisioner_os": sw.os,
+        "provisioner_networks": {n.name: {"cidr": str(n.cidr), "kind": n.kind.value,
+                                          "mtu": n.mtu, "vlan": n.vlan}
+                                 for n in site.networks},
+        "provisioner_mirror": sw.mirror or "",
+        "base_os_mirror": sw.mirror or "",
+        "dcgm_diag_level": sw.dcgm.diag_level,
+        "roce_host_interfaces": list(roce.interfaces),
+        "roce_host_dscp": roce.dscp,
+        "roce_host_priority": roce.priority,
+        "roce_host_cnp_dscp": roce.cnp_dscp,
+        "roce_host_cnp_priority": roce.cnp_priority,
+        "roce_host_tos": roce_tos(roce.dscp),
+        "roce_host_pfc": pfc_vector(roce.priority),
+        "roce_host_mode": roce.mode,
+        "roce_host_doca_version": sw.doca or "",
+        "ansible_user": site.site.ssh.user,
+        "ansible_port": site.site.ssh.port,
+    }
+    if site.site.ssh.private_key_file:
+        data["ansible_ssh_private_key_file"] = site.site.ssh.private_key_file
+    if drv is not None:
+        data |= {"nvidia_driver_branch": drv.branch,
+                 "nvidia_driver_version": drv.version or ""}
+        fm_version = sw.fabric_manager.version or drv.version or ""
+        data |= {"fabric_manager_version": fm_version,
+                 "fabric_manager_enabled": sw.fabric_manager.enabled is not False}
+    if sw.cuda:
+        # The role's own table (roles/cuda_toolkit/vars) decides the minimum driver.
+        data["cuda_toolkit_version"] = sw.cuda
+    if sw.kubernetes:
+        k = sw.kubernetes
+        data |= {"kubernetes_version": k.version, "kubernetes_cni": k.cni,
+                 "kubernetes_pod_cidr": str(k.pod_cidr),
+                 "kubernetes_service_cidr": str(k.service_cidr)}
+    for key, value in data.items():
+        if isinstance(value, str) and not SAFE_VALUE_RE.match(value):
+            raise RenderError(f"refusing to render {key}={value!r}: unexpected characters")
+    return data
+
+
+def _host_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
+    block, node = h.block, h.node
+    mgmt = node.addresses.get("mgmt") or next(iter(node.addresses.values()), None)
+    gpu = block.gpu
+    labels = {
+        "provisioner.io/block": block.name,
+        "provisioner.io/rack": h.placement.rack,
+        **({"nvidia.com/gpu.product": gpu.model,
+            "provisioner.io/gpu-arch": gpu.architecture.value}
+           if gpu else {}),
+        **({"provisioner.io/nvswitch": "true"} if block.nvswitch else {}),
+        **({"provisioner.io/roce": "true"} if _has_roce(loaded, node) else {}),
+        **node.labels,
+    }
+    data: dict[str, Any] = {
+        "provisioner_block": block.name,
+        "provisioner_block_kind": block.kind.value,
+        "provisioner_rack": h.placement.rack,
+        "provisioner_rack_u": h.placement.u,
+        "provisioner_roles": [r.value for r in h.roles],
+        "provisioner_addresses": {k: str(v) for k, v in sorted(node.addresses.items())},
+        "provisioner_macs": dict(sorted(node.macs.items())),
+        "provisioner_gpu_model": gpu.model if gpu else "",
+        "provisioner_gpu_count": gpu.count if gpu else 0,
+        "provisioner_gpu_arch": gpu.architecture.value if gpu else "",
+        "provisioner_nvswitch": block.nvswitch,
+        "provisioner_imex": block.imex,
+        "provisioner_node_labels": labels,
+        "provisioner_node_taints": (["nvidia.com/gpu=present:NoSchedule"]
+                                    if gpu and Role.CONTROL_PLANE in h.roles else []),
+    }
+    if gpu is not None:
+        data["nvidia_driver_kernel_modules"] = kernel_modules_for(loaded, block)
+    if mgmt is not None:
+        data["ansible_host"] = str(mgmt)
+    return data
+
+
+def _has_roce(loaded: LoadedSite, node: Node) -> bool:
+    kinds = {n.name: n.kind.value for n in loaded.site.networks}
+    return any(kinds.get(net) == "roce" for net in node.addresses)
+
+
+def _groups(loaded: LoadedSite, hosts: list[HostPlan]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+
+    def add(group: str, host: str) -> None:
+        groups.setdefault(group, []).append(host)
+
+    for h in hosts:
+        name, block = h.node.hostname, h.block
+        add(group_name(block.name), name)
+        add(group_name("rack", h.placement.rack), name)
+        if block.kind is BlockKind.SWITCH:
+            add("switches", name)
+            add(group_name(block.switch_role or "other", "switches"), name)
+            continue
+        add("servers", name)
+        if Role.CONTROL_PLANE in h.roles:
+            add("kube_control_plane", name)
+        if Role.WORKER in h.roles:
+            add("kube_node", name)
+        if Role.STORAGE in h.roles:
+            add("storage_nodes", name)
+        if block.gpu is not None:
+            add("gpu_nodes", name)
+            add(group_name("gpu", block.gpu.model), name)
+        if block.nvswitch:
+            add("nvswitch_nodes", name)
+        if block.imex:
+            add("imex_nodes", name)
+        if _has_roce(loaded, h.node):
+            add("roce_nodes", name)
+    for always in WELL_KNOWN_GROUPS:  # plays target these even when a site has none
+        groups.setdefault(always, [])
+    return {g: sorted(set(v)) for g, v in sorted(groups.items())}
+
+
+def _hosts_yml(groups: dict[str, list[str]], hostvars: dict[str, dict[str, Any]]
+               ) -> dict[str, Any]:
+    def hosts(members: list[str]) -> dict[str, Any]:
+        return {"hosts": {h: None for h in members}} if members else {}
+
+    children: dict[str, Any] = {
+        g: hosts(members)
+        for g, members in groups.items() if g not in ("kube_control_plane", "kube_node")
+    }
+    children["k8s_cluster"] = {"children": {g: hosts(groups[g])
+                                            for g in ("kube_control_plane", "kube_node")}}
+    return {"all": {"hosts": {h: {"ansible_host": v["ansible_host"]} if "ansible_host" in v
+                              else None for h, v in sorted(hostvars.items())},
+                    "children": children}}
+
+
+def _copy_tree(src: Path, dst: Path, written: list[Path]) -> None:
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
+            continue
+        target = dst / rel
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif path.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+            written.append(target)
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+                              undefined=jinja2.StrictUndefined, autoescape=False,  # noqa: S701 - not HTML
+                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+
+
+def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
+    """Write the private data dir. `out` is replaced (it must be empty or a former render)."""
+    if out.exists():
+        if out.is_dir() and any(out.iterdir()) and not (out / ".provisioner-render").exists():
+            raise RenderError(f"{out} is not empty and not a former render",
+                              hint="choose an empty directory")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    result = Rendered(out=out)
+    written = result.files
+
+    def write(rel: str, text: str) -> None:
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+
+    hosts = _hosts(loaded)
+    servers = [h for h in hosts if h.block.kind is not BlockKind.SWITCH]
+    hostvars = {h.node.hostname: _host_vars(loaded, h) for h in hosts}
+    groups = _groups(loaded, hosts)
+    result.groups = groups
+    write(".provisioner-render", f"rendered by provisioner {__version__}\n")
+    write("inventory/hosts.yml", _dump(_hosts_yml(groups, hostvars)))
+    write("inventory/group_vars/all.yml", _dump(_group_vars(loaded, lab)))
+    for name, hv in sorted(hostvars.items()):
+        write(f"inventory/host_vars/{name}.yml", _dump(hv))
+    env = _env()
+    context = {"site": loaded.site.site.name, "version": __version__, "lab": lab,
+               "servers": len(servers), "groups": groups}
+    write("project/ansible.cfg", env.get_template("ansible.cfg.j2").render(**context))
+    write("README.md", env.get_template("render-readme.md.j2").render(**context))
+    write("env/settings", _dump({"idle_timeout": 1800}))
+    _copy_tree(PLAYBOOKS_DIR, out / "project", written)
+    _copy_tree(ROLES_DIR, out / "project" / "roles", written)
+    return result
+
+
+def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
+    """Every package, chart, image and file the rendered roles fetch, for an offline mirror.
+
+    Mirrors the package names the roles compute in their vars/ files (roles/*/vars/main.yml);
+    tests/unit/test_render.py keeps the two in step.
+    """
+    sw = loaded.site.software
+    hosts = _hosts(loaded)
+    servers = [h for h in hosts if h.block.kind is not BlockKind.SWITCH]
+    gpu = [h for h in servers if h.block.gpu is not None]
+    items: list[dict[str, str]] = []
+
+    def add(kind: str, name: str, version: str, role: str, for_hosts: list[HostPlan]) -> None:
+        names = sorted({h.node.hostname for h in for_hosts})
+        if names:
+            items.append({"kind": kind, "name": name, "version": version, "role": role,
+                          "hosts": ",".join(names)})
+
+    add("package", "chrony", "", "base_os", servers)
+    drv = sw.nvidia_driver
+    if drv and gpu and not sw.os.startswith("dgx-os"):
+        pin = drv.version or ""
+        for flavour in sorted({kernel_modules_for(loaded, h.block) for h in gpu}):
+            users = [h for h in gpu if kernel_modules_for(loaded, h.block) == flavour]
+            suffix = "-open" if flavour == "open" else ""
+            add("package", f"nvidia-driver-{drv.branch}-server{suffix}", pin, "nvidia_driver",
+                users)
+        add("package", f"nvidia-utils-{drv.branch}-server", pin, "nvidia_driver", gpu)
+    if sw.cuda and gpu:
+        major_minor = "-".join(sw.cuda.split(".")[:2])
+        add("package", f"cuda-toolkit-{major_minor}", sw.cuda, "cuda_toolkit", gpu)
+    if gpu:
+        add("package", "datacenter-gpu-manager", sw.dcgm.version or "", "dcgm", gpu)
+    if drv:
+        nvs = [h for h in servers if h.block.nvswitch and not h.block.imex]
+        imex = [h for h in servers if h.block.imex]
+        fm = sw.fabric_manager.version or drv.version or ""
+        add("package", f"nvidia-fabricmanager-{drv.branch}", fm, "fabric_manager", nvs)
+        add("package", f"nvidia-imex-{drv.branch}", "", "fabric_manager", imex)
+    roce = [h for h in servers if _has_roce(loaded, h.node)]
+    add("package", "doca-ofed", sw.doca or "", "roce_host", roce)
+    k8s = [h for h in servers if {Role.CONTROL_PLANE, Role.WORKER} & set(h.roles)]
+    if sw.kubernetes and k8s:
+        add("package", "containerd", "", "container_runtime", k8s)
+        add("package", "nvidia-container-toolkit", "", "container_runtime",
+            [h for h in k8s if h.block.gpu is not None])
+        for pkg in ("kubeadm", "kubelet", "kubectl"):
+            add("package", pkg, sw.kubernetes.version, "kubernetes", k8s)
+        add("image", "registry.k8s.io/pause", "3.10", "container_runtime", k8s)
+        add("image-set", "kubeadm control-plane images (kubeadm config images list)",
+            f"v{sw.kubernetes.version}", "kubernetes", k8s)
+        add("file", f"/etc/kubernetes/cni-{sw.kubernetes.cni}.yaml (CNI manifest)", "",
+            "kubernetes", k8s)
+        if gpu:
+            add("helm-chart", "nvidia/gpu-operator", "v25.3.0", "kubernetes", k8s)
+        if roce:
+            add("helm-chart", "nvidia/network-operator", "", "kubernetes", k8s)
+    return items

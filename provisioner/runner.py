@@ -1,0 +1,150 @@
+"""Run a playbook of a rendered project through ansible-runner; return a typed result.
+
+The only module that imports ansible_runner. A failed play is a result, not an exception:
+the caller decides (the CLI maps it to exit code 7). Events stream to a callback as they
+happen, reduced to what a person or the state store needs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+
+from provisioner.errors import PlaybookError
+
+
+@dataclass(frozen=True)
+class HostStats:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+
+@dataclass(frozen=True)
+class TaskEvent:
+    """One task outcome on one host."""
+
+    host: str
+    task: str
+    role: str
+    status: str  # ok | changed | failed | unreachable | skipped
+    message: str = ""
+    check_mode: bool = False
+
+
+@dataclass
+class RunResult:
+    playbook: str
+    status: str  # ansible-runner status: successful, failed, timeout, canceled
+    rc: int
+    hosts: dict[str, HostStats] = field(default_factory=dict)
+    events: list[TaskEvent] = field(default_factory=list)
+    artifact_dir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "successful" and self.rc == 0
+
+    @property
+    def failures(self) -> list[TaskEvent]:
+        return [e for e in self.events if e.status in ("failed", "unreachable")]
+
+    def by_status(self, status: str) -> list[TaskEvent]:
+        return [e for e in self.events if e.status == status]
+
+    @property
+    def changed_total(self) -> int:
+        return sum(h.changed for h in self.hosts.values())
+
+
+EventFn = Callable[[TaskEvent], None]
+
+_STATUS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_unreachable": "unreachable",
+    "runner_on_skipped": "skipped",
+}
+
+
+def _message(res: Mapping[str, Any]) -> str:
+    for key in ("msg", "stderr", "reason"):
+        value = res.get(key)
+        if value:
+            text = " ".join(str(value).split())
+            return text[:500]
+    return ""
+
+
+def _to_event(raw: Mapping[str, Any]) -> TaskEvent | None:
+    status = _STATUS.get(str(raw.get("event")))
+    data = raw.get("event_data") or {}
+    if status is None or not data.get("host"):
+        return None
+    res = data.get("res") or {}
+    if status == "ok" and res.get("changed"):
+        status = "changed"
+    if status == "failed" and data.get("ignore_errors"):
+        status = "ok"
+    if status == "ok" and res.get("skipped"):
+        status = "skipped"
+    return TaskEvent(host=str(data["host"]), task=str(data.get("task", "")),
+                     role=str(data.get("role", "")), status=status,
+                     message=_message(res) if status in ("failed", "unreachable") else "",
+                     check_mode=bool(res.get("_ansible_check_mode") or data.get("check_mode")))
+
+
+def run_playbook(private_data_dir: Path, playbook: str, *, limit: str | None = None,
+                 tags: str | None = None, skip_tags: str | None = None,
+                 extravars: Mapping[str, Any] | None = None, forks: int = 20,
+                 check: bool = False, on_event: EventFn | None = None,
+                 envvars: Mapping[str, str] | None = None) -> RunResult:
+    """Run `playbook` (a file under private_data_dir/project) and collect the result."""
+    project = private_data_dir / "project"
+    if not (project / playbook).is_file():
+        raise PlaybookError(f"no playbook {playbook} in {project}",
+                            hint="render the site first (`provision render`)")
+    events: list[TaskEvent] = []
+
+    def handler(raw: dict[str, Any]) -> bool:
+        ev = _to_event(raw)
+        if ev is not None:
+            events.append(ev)
+            if on_event is not None:
+                on_event(ev)
+        return True  # keep ansible-runner's own artifacts too
+
+    cmdline = "--check --diff" if check else None
+    # ansible-runner finds ansible-playbook on PATH: put this environment's bin dir first,
+    # so `.venv/bin/provision` works without an activated virtual environment.
+    path = os.pathsep.join([str(Path(sys.executable).parent), *os.get_exec_path()])
+    env = {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "PATH": path,
+           "ANSIBLE_LOCALHOST_WARNING": "0", **(envvars or {})}
+    runner = ansible_runner.run(
+        private_data_dir=str(private_data_dir), playbook=playbook, limit=limit, tags=tags,
+        skip_tags=skip_tags, extravars=dict(extravars or {}), forks=forks, cmdline=cmdline,
+        quiet=True, event_handler=handler, envvars=env)
+    stats = runner.stats or {}
+    hosts: dict[str, HostStats] = {}
+    names = set()
+    for key in ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored"):
+        names |= set((stats.get(key) or {}).keys())
+    for host in sorted(names):
+        def n(key: str, h: str = host) -> int:
+            return int((stats.get(key) or {}).get(h, 0))
+        hosts[host] = HostStats(ok=n("ok"), changed=n("changed"), failed=n("failures"),
+                                unreachable=n("dark"), skipped=n("skipped"),
+                                rescued=n("rescued"), ignored=n("ignored"))
+    return RunResult(playbook=playbook, status=str(runner.status), rc=int(runner.rc or 0),
+                     hosts=hosts, events=events, artifact_dir=str(runner.config.artifact_dir))
+

@@ -1,0 +1,128 @@
+"""Renderer: golden files, determinism, secret-free output, artifacts, role/table sync.
+
+Golden files live in tests/golden/<site>/; regenerate with UPDATE_GOLDEN=1 and review the
+diff like code.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+
+import pytest
+import yaml
+
+from provisioner import render
+from provisioner.errors import RenderError
+from provisioner.inventory import compat, load
+from tests.conftest import EXAMPLE, FIXTURES, ROOT
+
+SITES = FIXTURES / "sites"
+GOLDEN = ROOT / "tests" / "golden"
+GOLDEN_FILES = ("inventory/hosts.yml", "inventory/group_vars/all.yml",
+                "inventory/host_vars/gpu01.yml", "inventory/host_vars/cp01.yml")
+
+
+@pytest.mark.parametrize("site", ["dgx1", "dgx_h100"])
+def test_golden(site, tmp_path):
+    out = tmp_path / "out"
+    render.render(load(SITES / f"{site}.yaml"), out)
+    for rel in GOLDEN_FILES:
+        golden = GOLDEN / site / rel.replace("/", "__")
+        got = (out / rel).read_text()
+        if os.environ.get("UPDATE_GOLDEN"):
+            golden.parent.mkdir(parents=True, exist_ok=True)
+            golden.write_text(got)
+        assert got == golden.read_text(), f"{rel} differs from {golden}"
+
+
+def test_dgx1_gets_proprietary_modules_and_h100_open_with_fabric_manager(tmp_path):
+    dgx1 = render.render(load(SITES / "dgx1.yaml"), tmp_path / "a")
+    hv = yaml.safe_load((dgx1.out / "inventory/host_vars/gpu01.yml").read_text())
+    assert hv["nvidia_driver_kernel_modules"] == "proprietary"
+    assert dgx1.groups["nvswitch_nodes"] == []  # DGX-1 has no NVSwitch
+    h100 = render.render(load(SITES / "dgx_h100.yaml"), tmp_path / "b")
+    hv = yaml.safe_load((h100.out / "inventory/host_vars/gpu01.yml").read_text())
+    gv = yaml.safe_load((h100.out / "inventory/group_vars/all.yml").read_text())
+    assert hv["nvidia_driver_kernel_modules"] == "open"
+    assert gv["fabric_manager_version"] == gv["nvidia_driver_version"] == "570.124.06"
+    assert h100.groups["nvswitch_nodes"] == ["gpu01"] and h100.groups["roce_nodes"] == ["gpu01"]
+    assert gv["roce_host_tos"] == 106 and gv["roce_host_pfc"] == "0,0,0,1,0,0,0,0"
+    assert gv["roce_host_interfaces"] == ["ens1f0np0"]
+
+
+def test_groups_by_role_block_rack_and_gpu(tmp_path):
+    groups = render.render(load(EXAMPLE), tmp_path / "o").groups
+    assert groups["kube_control_plane"] == ["cp01", "cp02", "cp03"]
+    assert groups["kube_node"] == ["dgx01", "dgx02"]
+    assert groups["dgx_h100"] == ["dgx01", "dgx02"] and groups["gpu_h100"] == ["dgx01", "dgx02"]
+    assert "stor01" in groups["rack_r01"] and groups["storage_nodes"] == ["stor01"]
+    assert groups["switches"] == ["leaf01", "mgmt01"] and "leaf01" not in groups["servers"]
+    assert groups["imex_nodes"] == []
+
+
+def test_render_is_deterministic(tmp_path):
+    loaded = load(EXAMPLE)
+    render.render(loaded, tmp_path / "a", lab=True)
+    render.render(load(EXAMPLE), tmp_path / "b", lab=True)
+    cmp = filecmp.dircmp(tmp_path / "a", tmp_path / "b")
+
+    def same(c: filecmp.dircmp) -> bool:
+        mismatch, errors = filecmp.cmpfiles(c.left, c.right, c.common_files, shallow=False)[1:]
+        return (not c.left_only and not c.right_only and not mismatch and not errors
+                and all(same(sub) for sub in c.subdirs.values()))
+
+    assert same(cmp)
+
+
+def test_render_holds_no_secret(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site)
+    secret = "s3cr3t-bmc-password-do-not-render"
+    monkeypatch.setenv("PROVISION_BMC_PASSWORD", secret)
+    out = render.render(load(site), tmp_path / "out").out
+    for path in out.rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert secret not in text, path
+            assert "PROVISION_BMC_PASSWORD" not in text, path  # not even the reference
+
+
+def test_render_refuses_a_non_render_directory(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "precious.txt").write_text("keep me")
+    with pytest.raises(RenderError, match="not empty"):
+        render.render(load(EXAMPLE), tmp_path / "out")
+    assert (tmp_path / "out" / "precious.txt").exists()
+
+
+def test_cuda_table_in_the_role_equals_the_tools():
+    role_vars = yaml.safe_load((ROOT / "roles/cuda_toolkit/vars/main.yml").read_text())
+    table = role_vars["cuda_toolkit_min_driver_table"]
+    expected = {(".".join(map(str, k[:2])) + (f".{k[2]}" if k[2] else "")): v
+                for k, v in compat.CUDA_MIN_DRIVER.items()}
+    assert table == expected
+
+
+def test_artifacts_list_what_roles_fetch():
+    items = render.artifacts(load(SITES / "dgx_h100.yaml"))
+    names = {(i["kind"], i["name"]): i for i in items}
+    drv = names[("package", "nvidia-driver-570-server-open")]
+    assert drv["version"] == "570.124.06" and drv["hosts"] == "gpu01"
+    assert names[("package", "nvidia-fabricmanager-570")]["version"] == "570.124.06"
+    assert names[("package", "cuda-toolkit-12-8")]["role"] == "cuda_toolkit"
+    assert names[("package", "kubeadm")]["version"] == "1.31.4"
+    assert ("helm-chart", "nvidia/gpu-operator") in names
+    dgx1 = {i["name"] for i in render.artifacts(load(SITES / "dgx1.yaml"))}
+    assert "nvidia-driver-535-server" in dgx1 and "nvidia-driver-535-server-open" not in dgx1
+    # the role computes the same package names
+    role_vars = (ROOT / "roles/nvidia_driver/vars/main.yml").read_text()
+    assert "nvidia-driver-{{ nvidia_driver_branch }}-server{{ nvidia_driver_flavour_suffix }}" \
+        in role_vars
+
+
+def test_roce_values_derived_from_dscp():
+    assert render.roce_tos(26) == 106
+    assert render.pfc_vector(3) == "0,0,0,1,0,0,0,0"
+    assert render.group_name("rack", "R-01") == "rack_r_01"
