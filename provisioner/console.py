@@ -212,6 +212,9 @@ class Console:
             proto = "redfish" if "system_id" in ep else "ipmi"
             eps.add_row(node, f"{proto} {ep['address']}:{ep['port']}")
         self.out.print(eps)
+        if state.ssh_hosts:
+            self.out.print("SSH test hosts: " + ", ".join(
+                f"{h.name} {h.address}" for h in state.ssh_hosts))
         self.out.print(f"state and logs: {where}")
 
 
@@ -242,6 +245,8 @@ class Console:
             "status": result.status, "rc": result.rc,
             "hosts": {h: dataclass_dict(s) for h, s in result.hosts.items()},
             "failures": [dataclass_dict(e) for e in result.failures],
+            "real_changes": len(result.real_changes),
+            "simulated": sorted({e.task for e in result.simulated}),
             "artifact_dir": result.artifact_dir,
         }
 
@@ -253,6 +258,11 @@ class Console:
             table.add_row(host, str(s.ok), str(s.changed), str(s.failed), str(s.unreachable),
                           str(s.skipped))
         self.out.print(table)
+        simulated = [e for e in result.simulated if e.status == "changed"]
+        if simulated:
+            self.out.print(f"{len(simulated)} of the changes were check-mode predictions "
+                           "(steps the lab cannot run: "
+                           + ", ".join(sorted({e.task for e in simulated})) + ")")
         for ev in result.failures:
             self.out.print(f"[red]{ev.status}[/] {ev.host} | {escape(ev.task)}: "
                            f"{escape(ev.message)}")

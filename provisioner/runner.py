@@ -39,6 +39,8 @@ class TaskEvent:
     role: str
     status: str  # ok | changed | failed | unreachable | skipped
     message: str = ""
+    # Ran in check mode (the lab simulates steps that need a GPU, the internet or an init
+    # system): a "changed" here is a prediction, not a change.
     check_mode: bool = False
 
 
@@ -66,6 +68,15 @@ class RunResult:
     def changed_total(self) -> int:
         return sum(h.changed for h in self.hosts.values())
 
+    @property
+    def real_changes(self) -> list[TaskEvent]:
+        """Changes made, not predicted by check mode."""
+        return [e for e in self.events if e.status == "changed" and not e.check_mode]
+
+    @property
+    def simulated(self) -> list[TaskEvent]:
+        return [e for e in self.events if e.check_mode]
+
 
 EventFn = Callable[[TaskEvent], None]
 
@@ -92,6 +103,7 @@ def _to_event(raw: Mapping[str, Any]) -> TaskEvent | None:
     if status is None or not data.get("host"):
         return None
     res = data.get("res") or {}
+    simulated = "in check mode" in str(res.get("msg", "")) or bool(data.get("check_mode"))
     if status == "ok" and res.get("changed"):
         status = "changed"
     if status == "failed" and data.get("ignore_errors"):
@@ -101,7 +113,7 @@ def _to_event(raw: Mapping[str, Any]) -> TaskEvent | None:
     return TaskEvent(host=str(data["host"]), task=str(data.get("task", "")),
                      role=str(data.get("role", "")), status=status,
                      message=_message(res) if status in ("failed", "unreachable") else "",
-                     check_mode=bool(res.get("_ansible_check_mode") or data.get("check_mode")))
+                     check_mode=simulated)
 
 
 def run_playbook(private_data_dir: Path, playbook: str, *, limit: str | None = None,

@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # System packages: python venv support, and the real peers the lab and the tests run
-# (OpenIPMI's ipmi_sim and ipmitool for IPMI BMCs).
-APT_PACKAGES=(python3-venv openipmi ipmitool iproute2)
+# (OpenIPMI's ipmi_sim and ipmitool for IPMI BMCs; debootstrap, ssh and iproute2 for the
+# SSH test hosts in network namespaces).
+APT_PACKAGES=(python3-venv openipmi ipmitool iproute2 debootstrap openssh-client util-linux)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

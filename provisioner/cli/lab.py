@@ -21,10 +21,14 @@ def up(site: SiteArg = None,
        latency_ms: Annotated[int, typer.Option(
            "--latency-ms", min=0, max=10_000,
            help="Delay every request to a BMC, as real BMCs are slow.")] = 0,
+       ssh_hosts: Annotated[bool, typer.Option(
+           "--ssh-hosts", help="Also start an SSH test host per server (network namespace, "
+           "sshd, copy-on-write Debian root; needs root; builds the image on first use).")]
+       = False,
        json_out: JsonOpt = False) -> None:
     """Start an emulated BMC for every node and point the inventory at them."""
     loaded = load(resolve_site(site))
-    state = lab_mod.up(loaded, latency_ms=latency_ms)
+    state = lab_mod.up(loaded, latency_ms=latency_ms, ssh_hosts=ssh_hosts)
     out = console(json_out)
     if json_out:
         out.emit_json({"schema": "provisioner.lab/v1", "running": True, **state.to_json()})

@@ -386,6 +386,8 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path) -> frozenset[str]
     creds = merged.setdefault("credentials", {})
     if isinstance(creds, dict) and isinstance(data.get("credentials"), dict):
         creds.update(data["credentials"])
+    if isinstance(site, dict) and isinstance(data.get("ssh"), dict):
+        site["ssh"] = {**(site.get("ssh") or {}), **data["ssh"]}
     endpoints: dict[str, Any] = data["bmc"]
     applied = set()
     for placement in merged.get("placements") or []:

@@ -14,6 +14,7 @@ start time; `lab down` stops exactly those processes.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -27,6 +28,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
+from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,8 @@ import yaml
 
 from provisioner.errors import ConfigError
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.models import BmcProtocol, Node
+from provisioner.inventory.models import BlockKind, BmcProtocol, NetworkKind, Node
+from provisioner.lab import hosts as hosts_mod
 from provisioner.secrets import write_private
 
 LAB_USER = "admin"
@@ -73,6 +76,8 @@ class LabState:
     latency_ms: int
     processes: list[LabProcess] = field(default_factory=list)
     endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ssh_hosts: list[hosts_mod.SshHost] = field(default_factory=list)
+    ssh_tag: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,7 +86,9 @@ class LabState:
     def from_json(cls, data: dict[str, Any]) -> LabState:
         return cls(site=data["site"], latency_ms=data.get("latency_ms", 0),
                    processes=[LabProcess(**p) for p in data.get("processes", [])],
-                   endpoints=data.get("endpoints", {}))
+                   endpoints=data.get("endpoints", {}),
+                   ssh_hosts=[hosts_mod.SshHost(**h) for h in data.get("ssh_hosts", [])],
+                   ssh_tag=data.get("ssh_tag", ""))
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -179,8 +186,10 @@ def status(loaded: LoadedSite) -> LabState | None:
     return LabState.from_json(json.loads(path.read_text()))
 
 
-def up(loaded: LoadedSite, *, latency_ms: int = 0, start_timeout_s: float = 30.0) -> LabState:
-    """Start every node's BMC emulator; write the overlay the inventory refers to."""
+def up(loaded: LoadedSite, *, latency_ms: int = 0, start_timeout_s: float = 30.0,
+       ssh_hosts: bool = False, rootfs_cache: Path | None = None) -> LabState:
+    """Start every node's BMC emulator (and, with ssh_hosts, an SSH test host per server);
+    write the overlay the inventory refers to."""
     if loaded.site.site.lab_overlay is None:
         raise ConfigError(
             f"site {loaded.site.site.name} does not name a lab overlay",
@@ -198,6 +207,8 @@ def up(loaded: LoadedSite, *, latency_ms: int = 0, start_timeout_s: float = 30.0
     state = LabState(site=loaded.site.site.name, latency_ms=latency_ms)
     try:
         _start(loaded, lab, state, password, latency_ms, start_timeout_s)
+        if ssh_hosts:
+            _start_ssh_hosts(loaded, lab, state, rootfs_cache, start_timeout_s)
     except BaseException:
         _stop(state)
         _save(lab, state)
@@ -261,6 +272,37 @@ def _start(loaded: LoadedSite, lab: Path, state: LabState, password: str, latenc
             if proc.poll() is not None:
                 raise ConfigError("lab: latency proxy exited at start", hint=f"see {log}")
             time.sleep(0.05)
+
+
+def ssh_plan(loaded: LoadedSite) -> tuple[list[tuple[str, IPv4Address]], IPv4Network,
+                                         IPv4Address]:
+    """(host, management address) for every server, the management network and gateway."""
+    mgmt = [n for n in loaded.site.networks if n.kind is NetworkKind.MANAGEMENT]
+    if not mgmt:
+        raise ConfigError("the lab's SSH hosts need a network of kind management")
+    net = mgmt[0]
+    plan = []
+    for p in loaded.site.placements:
+        block = loaded.catalog.get(p.block)
+        if block is None or block.kind is BlockKind.SWITCH:
+            continue
+        for node in p.nodes:
+            address = node.addresses.get(net.name)
+            if address is not None:
+                plan.append((node.hostname, address))
+    gateway = net.gateway or next(net.cidr.hosts())
+    if gateway in {a for _, a in plan}:
+        raise ConfigError(f"the gateway {gateway} of {net.name} is also a node's address")
+    return plan, net.cidr, gateway
+
+
+def _start_ssh_hosts(loaded: LoadedSite, lab: Path, state: LabState,
+                     rootfs_cache: Path | None, timeout_s: float) -> None:
+    plan, network, gateway = ssh_plan(loaded)
+    rootfs = hosts_mod.ensure_rootfs(rootfs_cache)
+    state.ssh_tag = hashlib.sha1(str(lab).encode()).hexdigest()[:8]  # noqa: S324 - a name
+    state.ssh_hosts = hosts_mod.up(plan, network, gateway, lab / "ssh", rootfs,
+                                   state.ssh_tag, timeout_s)
 
 
 def _start_sushy(loaded: LoadedSite, rdir: Path, state: LabState, password: str,
@@ -341,9 +383,13 @@ def _write_overlay(loaded: LoadedSite, state: LabState, pw_file: Path) -> None:
                                                       "cipher_suite")}
         entry["credentials"] = LAB_CREDENTIALS
         bmc[host] = entry
-    doc = {"credentials": {LAB_CREDENTIALS: {"username": LAB_USER,
-                                             "password": {"file": str(pw_file.resolve())}}},
-           "bmc": bmc}
+    doc: dict[str, Any] = {
+        "credentials": {LAB_CREDENTIALS: {"username": LAB_USER,
+                                          "password": {"file": str(pw_file.resolve())}}},
+        "bmc": bmc}
+    if state.ssh_hosts:
+        doc["ssh"] = {"user": "root",
+                      "private_key_file": str(lab_dir(loaded) / "ssh" / "id_ed25519")}
     overlay_path.parent.mkdir(parents=True, exist_ok=True)
     overlay_path.write_text("# Written by `provision lab up`; removed by `provision lab down`.\n"
                             + yaml.safe_dump(doc, sort_keys=True))
@@ -355,7 +401,10 @@ def overlay_file(loaded: LoadedSite) -> Path | None:
 
 
 def _stop(state: LabState, grace_s: float = 5.0) -> list[LabProcess]:
-    """Stop exactly the recorded processes (same PID and start time), TERM then KILL."""
+    """Stop exactly the recorded processes (same PID and start time), TERM then KILL;
+    tear down the SSH hosts' namespaces."""
+    if state.ssh_hosts:
+        hosts_mod.down(state.ssh_hosts, state.ssh_tag)
     alive = [p for p in state.processes if p.alive()]
     for p in alive:
         with contextlib.suppress(ProcessLookupError):

@@ -1,0 +1,198 @@
+"""SSH test hosts for the lab: one network namespace + sshd + copy-on-write root per node.
+
+Each host is a network namespace holding the node's management address, connected by a
+veth pair to a bridge that carries the network's gateway address, running its own sshd
+chrooted into an overlayfs of a shared Debian root filesystem (debootstrap, built once and
+cached). Whatever Ansible changes lands in the host's own `upper/` directory and nowhere
+else. Needs root, iproute2, util-linux (unshare) and debootstrap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from ipaddress import IPv4Address, IPv4Network
+from pathlib import Path
+from typing import Any
+
+from provisioner.errors import ConfigError
+
+ROOTFS_SUITE = "bookworm"
+ROOTFS_MIRROR = "http://deb.debian.org/debian"
+# What the roles need on a host without a GPU: sshd, Python with apt bindings, chrony.
+ROOTFS_PACKAGES = ("openssh-server", "python3", "python3-apt", "sudo", "iproute2", "chrony",
+                   "ca-certificates", "kmod")
+ROOTFS_VERSION = "1"  # bump when the package list changes: the cache is rebuilt
+
+
+@dataclass
+class SshHost:
+    name: str
+    address: str
+    netns: str
+    veth: str
+    pid: int
+    start_ticks: int
+    upper: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "provisioner"
+
+
+def _run(argv: Sequence[str], *, check: bool = True, timeout: float = 120,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                          check=False, env=env)
+    if check and proc.returncode != 0:
+        raise ConfigError(f"lab hosts: `{' '.join(argv[:4])}` failed: "
+                          f"{(proc.stderr or proc.stdout).strip()[:300]}")
+    return proc
+
+
+def ensure_rootfs(cache: Path | None = None) -> Path:
+    """The shared Debian root filesystem, built with debootstrap on first use (a few min)."""
+    if os.geteuid() != 0:
+        raise ConfigError("lab hosts need root (network namespaces, overlayfs, chroot)")
+    base = (cache or default_cache()) / f"rootfs-{ROOTFS_SUITE}-v{ROOTFS_VERSION}"
+    if (base / ".complete").exists():
+        return base
+    if shutil.which("debootstrap") is None:
+        raise ConfigError("debootstrap is not installed",
+                          hint="apt-get install debootstrap (scripts/bootstrap.sh does it)")
+    tmp = base.with_name(base.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    _run(["debootstrap", "--variant=minbase", f"--include={','.join(ROOTFS_PACKAGES)}",
+          ROOTFS_SUITE, str(tmp), ROOTFS_MIRROR], timeout=1800)
+    # Never start services inside the chroot, and no host keys baked into the image.
+    (tmp / "usr/sbin/policy-rc.d").write_text("#!/bin/sh\nexit 101\n")
+    (tmp / "usr/sbin/policy-rc.d").chmod(0o755)
+    for key in (tmp / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    (tmp / ".complete").write_text(ROOTFS_VERSION + "\n")
+    tmp.rename(base)
+    return base
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except OSError:
+        return None
+
+
+def bridge_name(tag: str) -> str:
+    return "pvb" + hashlib.sha1(tag.encode()).hexdigest()[:8]  # noqa: S324 - a name, not security
+
+
+def up(hosts: Sequence[tuple[str, IPv4Address]], network: IPv4Network, gateway: IPv4Address,
+       workdir: Path, rootfs: Path, tag: str, timeout_s: float = 30.0) -> list[SshHost]:
+    """Start one namespaced sshd per (name, address); the bridge gets the gateway address."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    key = workdir / "id_ed25519"
+    if not key.exists():
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "provisioner-lab",
+              "-f", str(key)])
+    bridge = bridge_name(tag)
+    if _run(["ip", "link", "show", bridge], check=False).returncode != 0:
+        _run(["ip", "link", "add", bridge, "type", "bridge"])
+        _run(["ip", "addr", "add", f"{gateway}/{network.prefixlen}", "dev", bridge])
+        _run(["ip", "link", "set", bridge, "up"])
+    started: list[SshHost] = []
+    try:
+        for i, (name, address) in enumerate(hosts):
+            started.append(_start_host(name, address, network, gateway, workdir, rootfs,
+                                       bridge, f"{tag[:6]}{i}", key))
+        for h in started:
+            _wait_ssh(h, timeout_s)
+    except BaseException:
+        down(started, tag)
+        raise
+    return started
+
+
+def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: IPv4Address,
+                workdir: Path, rootfs: Path, bridge: str, short: str, key: Path) -> SshHost:
+    netns = f"pv-{short}"
+    veth = f"pv{short}"[:15]
+    d = workdir / name
+    shutil.rmtree(d, ignore_errors=True)
+    for sub in ("upper/etc/ssh", "upper/root/.ssh", "upper/run/sshd", "work", "merged"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    _run(["ip", "netns", "add", netns])
+    _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns])
+    _run(["ip", "link", "set", veth, "master", bridge, "up"])
+    _run(["ip", "-n", netns, "addr", "add", f"{address}/{network.prefixlen}", "dev", "eth0"])
+    _run(["ip", "-n", netns, "link", "set", "eth0", "up"])
+    _run(["ip", "-n", netns, "link", "set", "lo", "up"])
+    _run(["ip", "-n", netns, "route", "add", "default", "via", str(gateway)])
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+          str(d / "upper/etc/ssh/ssh_host_ed25519_key")])
+    shutil.copy(str(key) + ".pub", d / "upper/root/.ssh/authorized_keys")
+    (d / "upper/root/.ssh").chmod(0o700)
+    (d / "upper/etc/hostname").write_text(name + "\n")
+    # What an installer writes and debootstrap does not.
+    (d / "upper/etc/hosts").write_text("127.0.0.1 localhost\n::1 localhost ip6-localhost\n")
+    (d / "upper/etc/ssh/sshd_config.lab").write_text(
+        f"ListenAddress {address}\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\n"
+        "PidFile /run/sshd.pid\nSubsystem sftp /usr/lib/openssh/sftp-server\n")
+    script = (f"hostname {name} && "
+              f"mount -t overlay overlay -o lowerdir={rootfs},upperdir={d / 'upper'},"
+              f"workdir={d / 'work'} {d / 'merged'} && "
+              f"mount -t proc proc {d / 'merged/proc'} && "
+              f"mount --rbind /dev {d / 'merged/dev'} && "
+              f"exec chroot {d / 'merged'} /usr/sbin/sshd -D -f /etc/ssh/sshd_config.lab "
+              "-E /var/log/sshd.log")
+    log = open(d / "host.log", "ab")  # noqa: SIM115 - handed to the child, closed below
+    try:
+        proc = subprocess.Popen(["ip", "netns", "exec", netns, "unshare", "-m", "-u",
+                                 "--propagation", "private", "sh", "-c", script],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    finally:
+        log.close()
+    ticks = _start_ticks(proc.pid) or 0
+    return SshHost(name=name, address=str(address), netns=netns, veth=veth, pid=proc.pid,
+                   start_ticks=ticks, upper=str(d / "upper"))
+
+
+def _wait_ssh(host: SshHost, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((host.address, 22), 0.3):
+            return
+        if _start_ticks(host.pid) != host.start_ticks:
+            raise ConfigError(f"lab host {host.name}: sshd exited at start",
+                              hint=f"see {Path(host.upper).parent / 'host.log'}")
+        time.sleep(0.05)
+    raise ConfigError(f"lab host {host.name}: no SSH on {host.address} in {timeout_s:g} s")
+
+
+def down(hosts: Sequence[SshHost], tag: str) -> None:
+    """Stop exactly these hosts' processes, delete their namespaces, veths and the bridge."""
+    for h in hosts:
+        pids = {h.pid} if _start_ticks(h.pid) == h.start_ticks else set()
+        # sshd session children (Ansible's ControlPersist) keep the namespace alive
+        listed = _run(["ip", "netns", "pids", h.netns], check=False).stdout.split()
+        pids |= {int(p) for p in listed if p.isdigit()}
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(h.pid, os.WNOHANG)
+        _run(["ip", "netns", "del", h.netns], check=False)
+        _run(["ip", "link", "del", h.veth], check=False)
+    _run(["ip", "link", "del", bridge_name(tag)], check=False)
