@@ -196,3 +196,42 @@ def down(hosts: Sequence[SshHost], tag: str) -> None:
         _run(["ip", "netns", "del", h.netns], check=False)
         _run(["ip", "link", "del", h.veth], check=False)
     _run(["ip", "link", "del", bridge_name(tag)], check=False)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m provisioner.lab.hosts up|down WORKDIR [NAME=ADDRESS/PREFIX ...]`.
+
+    For Molecule's create/destroy playbooks: the hosts and their key live in WORKDIR.
+    """
+    import argparse
+    import json
+    from ipaddress import ip_interface
+
+    ap = argparse.ArgumentParser(prog="provisioner.lab.hosts")
+    ap.add_argument("action", choices=["up", "down"])
+    ap.add_argument("workdir", type=Path)
+    ap.add_argument("hosts", nargs="*", help="NAME=ADDRESS/PREFIX")
+    args = ap.parse_args(argv)
+    record = args.workdir / "hosts.json"
+    tag = hashlib.sha1(str(args.workdir.resolve()).encode()).hexdigest()[:8]  # noqa: S324
+    if args.action == "down":
+        if record.exists():
+            down([SshHost(**h) for h in json.loads(record.read_text())], tag)
+            record.unlink()
+        return 0
+    plan = []
+    for spec in args.hosts:
+        name, _, iface = spec.partition("=")
+        plan.append((name, ip_interface(iface)))
+    if not plan:
+        ap.error("name at least one NAME=ADDRESS/PREFIX")
+    network = plan[0][1].network
+    gateway = next(a for a in network.hosts() if a not in {i.ip for _, i in plan})
+    started = up([(n, i.ip) for n, i in plan], network, gateway, args.workdir,
+                 ensure_rootfs(), tag)
+    record.write_text(json.dumps([h.to_json() for h in started]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
