@@ -6,6 +6,8 @@ Ironic's split, trimmed: power (get/set with polling), management (boot device),
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -118,6 +120,20 @@ class BmcTarget:
     tls: Tls = field(default_factory=Tls)
     cipher_suite: int = 17
     request_timeout_s: float = 10.0
+
+
+def wait_for_power(read: Callable[[], PowerState], target: PowerState, until: float, *,
+                   interval_s: float, max_interval_s: float,
+                   sleep: Callable[[float], None]) -> PowerState:
+    """Poll `read` until it reports `target` or the monotonic clock passes `until`; the
+    interval grows by half each time up to max_interval_s. Returns the last state read."""
+    interval = interval_s
+    while True:
+        state = read()
+        if state is target or time.monotonic() >= until:
+            return state
+        sleep(min(interval, max(0.0, until - time.monotonic())))
+        interval = min(interval * 1.5, max_interval_s)
 
 
 @runtime_checkable

@@ -25,6 +25,7 @@ from provisioner.bmc.base import (
     HardwareFacts,
     PowerAction,
     PowerState,
+    wait_for_power,
 )
 from provisioner.bmc.retry import RetryPolicy, retry
 from provisioner.errors import (
@@ -206,13 +207,9 @@ class IpmiDriver:
                          f"still reports {last.value} after {timeout_s:g} s")
 
     def _wait_power(self, target: PowerState, until: float) -> PowerState:
-        interval = self.poll_interval_s
-        while True:
-            state = self.get_power_state()
-            if state is target or time.monotonic() >= until:
-                return state
-            self._sleep(min(interval, max(0.0, until - time.monotonic())))
-            interval = min(interval * 1.5, 3.0)
+        return wait_for_power(self.get_power_state, target, until,
+                              interval_s=self.poll_interval_s, max_interval_s=3.0,
+                              sleep=self._sleep)
 
     # -------------------------------------------------------- boot
 

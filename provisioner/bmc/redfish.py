@@ -34,6 +34,7 @@ from provisioner.bmc.base import (
     PowerAction,
     PowerState,
     PsuFact,
+    wait_for_power,
 )
 from provisioner.bmc.quirks import Quirks, quirks_for
 from provisioner.bmc.retry import RetryPolicy, retry
@@ -468,14 +469,9 @@ class RedfishDriver:
             f"still reports {last.value} after {timeout_s:g} s")
 
     def _wait_power(self, target: PowerState, until: float) -> PowerState:
-        interval = self.poll_interval_s
-        state = PowerState.UNKNOWN
-        while True:
-            state = self.get_power_state()
-            if state is target or time.monotonic() >= until:
-                return state
-            self._sleep(min(interval, max(0.0, until - time.monotonic())))
-            interval = min(interval * 1.5, 2.0)
+        return wait_for_power(self.get_power_state, target, until,
+                              interval_s=self.poll_interval_s, max_interval_s=2.0,
+                              sleep=self._sleep)
 
     # -------------------------------------------------------- boot
 

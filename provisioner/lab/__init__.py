@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from ipaddress import IPv4Address, IPv4Network
@@ -113,16 +113,31 @@ def _free_ports(kind: int, count: int) -> list[int]:
             s.close()
 
 
-def _wait_tcp(port: int, timeout_s: float, proc: subprocess.Popen[bytes], what: str) -> None:
+def _wait_until(ready: Callable[[], bool], timeout_s: float, proc: subprocess.Popen[bytes],
+                what: str, where: str, hint: str) -> None:
+    """Wait for a started peer to answer; fail at once if its process exits."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise ConfigError(f"lab: {what} exited at start (code {proc.returncode})",
-                              hint="see its log in .provision/lab/")
-        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), 0.2):
+                              hint=hint)
+        if ready():
             return
         time.sleep(0.05)
-    raise ConfigError(f"lab: {what} did not listen on {LOOPBACK}:{port} in {timeout_s:g} s")
+    raise ConfigError(f"lab: {what} did not answer on {where} in {timeout_s:g} s")
+
+
+def _tcp_open(port: int) -> bool:
+    try:
+        socket.create_connection((LOOPBACK, port), 0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def _wait_tcp(port: int, timeout_s: float, proc: subprocess.Popen[bytes], what: str) -> None:
+    _wait_until(lambda: _tcp_open(port), timeout_s, proc, what, f"{LOOPBACK}:{port}",
+                "see its log in .provision/lab/")
 
 
 def ipmi_ping(port: int, timeout_s: float = 0.3, host: str = LOOPBACK) -> bool:
@@ -137,14 +152,8 @@ def ipmi_ping(port: int, timeout_s: float = 0.3, host: str = LOOPBACK) -> bool:
 
 
 def _wait_ipmi(port: int, timeout_s: float, proc: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise ConfigError(f"lab: {what} exited at start (code {proc.returncode})",
-                              hint="is OpenIPMI's ipmi_sim installed? (apt-get install openipmi)")
-        if ipmi_ping(port, 0.2):
-            return
-    raise ConfigError(f"lab: {what} did not answer IPMI on UDP {port} in {timeout_s:g} s")
+    _wait_until(lambda: ipmi_ping(port, 0.2), timeout_s, proc, what, f"UDP {port}",
+                "is OpenIPMI's ipmi_sim installed? (apt-get install openipmi)")
 
 
 def _spawn(argv: Sequence[str], log: Path, env: dict[str, str] | None = None

@@ -205,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     import argparse
     import json
-    from ipaddress import ip_interface
+    from ipaddress import IPv4Interface
 
     ap = argparse.ArgumentParser(prog="provisioner.lab.hosts")
     ap.add_argument("action", choices=["up", "down"])
@@ -219,10 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             down([SshHost(**h) for h in json.loads(record.read_text())], tag)
             record.unlink()
         return 0
-    plan = []
+    plan: list[tuple[str, IPv4Interface]] = []
     for spec in args.hosts:
         name, _, iface = spec.partition("=")
-        plan.append((name, ip_interface(iface)))
+        plan.append((name, IPv4Interface(iface)))
     if not plan:
         ap.error("name at least one NAME=ADDRESS/PREFIX")
     network = plan[0][1].network
