@@ -1,0 +1,282 @@
+"""Durable per-node state: SQLite (standard library) in WAL mode under the site's .provision/.
+
+Tables: nodes (current phase), runs, and an append-only event log. Every phase transition
+is one transaction that updates the node and appends its event together, so a run killed
+at any point leaves either the old state or the new one, never half of each, and the next
+run resumes from what is recorded. Phases follow ironic / MAAS / Metal3:
+
+    enrolled -> inspected -> booting -> os_ready -> configured -> verified -> ready
+    plus failed (with the phase it failed in and the reason) and maintenance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from provisioner.errors import StateError
+
+
+class Phase(StrEnum):
+    ENROLLED = "enrolled"
+    INSPECTED = "inspected"
+    BOOTING = "booting"
+    OS_READY = "os_ready"
+    CONFIGURED = "configured"
+    VERIFIED = "verified"
+    READY = "ready"
+    FAILED = "failed"
+    MAINTENANCE = "maintenance"
+
+
+# The happy path, in order. `failed` and `maintenance` sit beside it.
+LIFECYCLE: tuple[Phase, ...] = (Phase.ENROLLED, Phase.INSPECTED, Phase.BOOTING,
+                                Phase.OS_READY, Phase.CONFIGURED, Phase.VERIFIED, Phase.READY)
+
+SCHEMA_VERSION = 1
+MIGRATIONS: dict[int, str] = {
+    1: """
+    CREATE TABLE nodes (
+        hostname     TEXT PRIMARY KEY,
+        phase        TEXT NOT NULL,
+        failed_phase TEXT,
+        reason       TEXT,
+        updated_at   REAL NOT NULL
+    );
+    CREATE TABLE runs (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        command     TEXT NOT NULL,
+        started_at  REAL NOT NULL,
+        ended_at    REAL,
+        status      TEXT NOT NULL DEFAULT 'running',
+        pid         INTEGER NOT NULL
+    );
+    CREATE TABLE events (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id      INTEGER REFERENCES runs(id),
+        at          REAL NOT NULL,
+        hostname    TEXT,
+        kind        TEXT NOT NULL,
+        from_phase  TEXT,
+        to_phase    TEXT,
+        detail      TEXT
+    );
+    CREATE INDEX events_host ON events(hostname, id);
+    CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
+        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+    CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
+        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+    """,
+}
+
+
+@dataclass(frozen=True)
+class NodeState:
+    hostname: str
+    phase: Phase
+    failed_phase: Phase | None
+    reason: str | None
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    run_id: int | None
+    at: float
+    hostname: str | None
+    kind: str
+    from_phase: str | None
+    to_phase: str | None
+    detail: dict[str, Any]
+
+
+def next_phase(phase: Phase) -> Phase | None:
+    """The phase after `phase` on the happy path (None after ready)."""
+    i = LIFECYCLE.index(phase)
+    return LIFECYCLE[i + 1] if i + 1 < len(LIFECYCLE) else None
+
+
+class StateStore:
+    """One site's state database. Safe for several threads (one connection per call)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not path.exists():
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+            with self._connect() as db:
+                db.execute("PRAGMA journal_mode=WAL")
+                self._migrate(db)
+            for suffix in ("-wal", "-shm"):
+                side = Path(str(path) + suffix)
+                if side.exists():
+                    side.chmod(0o600)
+        except sqlite3.Error as exc:
+            raise StateError(f"state store {path}: {exc}",
+                             hint="check the file; restore it from a backup if damaged") from None
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            db.execute("PRAGMA foreign_keys=ON")
+            db.execute("PRAGMA synchronous=FULL")
+            yield db
+        finally:
+            db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        current = db.execute("PRAGMA user_version").fetchone()[0]
+        if current > SCHEMA_VERSION:
+            raise StateError(f"state store {self.path} has schema {current}, newer than this "
+                             f"tool's {SCHEMA_VERSION}", hint="upgrade provisioner")
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            # One script, one transaction: a crash leaves the old schema or the new one.
+            db.executescript(f"BEGIN IMMEDIATE;\n{MIGRATIONS[version]}\n"
+                             f"PRAGMA user_version = {version};\nCOMMIT;")
+
+    @property
+    def schema_version(self) -> int:
+        with self._connect() as db:
+            return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+    # -------------------------------------------------------- runs
+
+    def start_run(self, command: str) -> int:
+        with self._tx() as db:
+            cur = db.execute("INSERT INTO runs (command, started_at, pid) VALUES (?, ?, ?)",
+                             (command, time.time(), os.getpid()))
+            run_id = int(cur.lastrowid or 0)
+            db.execute("INSERT INTO events (run_id, at, kind, detail) VALUES (?, ?, ?, ?)",
+                       (run_id, time.time(), "run_started", json.dumps({"command": command})))
+        return run_id
+
+    def end_run(self, run_id: int, status: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE runs SET ended_at = ?, status = ? WHERE id = ?",
+                       (time.time(), status, run_id))
+            db.execute("INSERT INTO events (run_id, at, kind, detail) VALUES (?, ?, ?, ?)",
+                       (run_id, time.time(), "run_ended", json.dumps({"status": status})))
+
+    # -------------------------------------------------------- nodes
+
+    def enroll(self, hostnames: Sequence[str], run_id: int | None = None) -> list[str]:
+        """Add nodes not yet known, in phase enrolled. Returns the ones added."""
+        added = []
+        with self._tx() as db:
+            known = {r[0] for r in db.execute("SELECT hostname FROM nodes")}
+            now = time.time()
+            for host in hostnames:
+                if host in known:
+                    continue
+                db.execute("INSERT INTO nodes (hostname, phase, updated_at) VALUES (?, ?, ?)",
+                           (host, Phase.ENROLLED.value, now))
+                db.execute("INSERT INTO events (run_id, at, hostname, kind, to_phase) "
+                           "VALUES (?, ?, ?, 'enrolled', ?)",
+                           (run_id, now, host, Phase.ENROLLED.value))
+                added.append(host)
+        return added
+
+    def transition(self, hostname: str, to: Phase, *, run_id: int | None = None,
+                   expect: Phase | None = None, reason: str | None = None,
+                   detail: dict[str, Any] | None = None) -> NodeState:
+        """Move a node to `to` (one transaction with its event). With `expect`, refuse if the
+        node is not in that phase (two runs racing for one node)."""
+        with self._tx() as db:
+            row = db.execute("SELECT phase FROM nodes WHERE hostname = ?",
+                             (hostname,)).fetchone()
+            if row is None:
+                raise StateError(f"{hostname} is not enrolled in the state store")
+            current = Phase(row[0])
+            if expect is not None and current is not expect:
+                raise StateError(f"{hostname} is {current.value}, not {expect.value}",
+                                 hint="another run may be working on this node")
+            failed_phase = current.value if to is Phase.FAILED else None
+            now = time.time()
+            db.execute("UPDATE nodes SET phase = ?, failed_phase = ?, reason = ?, updated_at = ?"
+                       " WHERE hostname = ?",
+                       (to.value, failed_phase, reason, now, hostname))
+            db.execute("INSERT INTO events (run_id, at, hostname, kind, from_phase, to_phase,"
+                       " detail) VALUES (?, ?, ?, 'transition', ?, ?, ?)",
+                       (run_id, now, hostname, current.value, to.value,
+                        json.dumps({**(detail or {}), **({"reason": reason} if reason else {})},
+                                   sort_keys=True)))
+        return self.node(hostname)
+
+    def record(self, hostname: str | None, kind: str, detail: dict[str, Any],
+               run_id: int | None = None) -> None:
+        """Append an event that changes no phase (for example: OS install skipped in the lab)."""
+        with self._tx() as db:
+            db.execute("INSERT INTO events (run_id, at, hostname, kind, detail) "
+                       "VALUES (?, ?, ?, ?, ?)",
+                       (run_id, time.time(), hostname, kind, json.dumps(detail, sort_keys=True)))
+
+    def node(self, hostname: str) -> NodeState:
+        with self._connect() as db:
+            row = db.execute("SELECT hostname, phase, failed_phase, reason, updated_at "
+                             "FROM nodes WHERE hostname = ?", (hostname,)).fetchone()
+        if row is None:
+            raise StateError(f"{hostname} is not enrolled in the state store")
+        return _node(row)
+
+    def nodes(self) -> list[NodeState]:
+        with self._connect() as db:
+            rows = db.execute("SELECT hostname, phase, failed_phase, reason, updated_at "
+                              "FROM nodes ORDER BY hostname").fetchall()
+        return [_node(r) for r in rows]
+
+    def events(self, hostname: str | None = None) -> list[Event]:
+        query = ("SELECT id, run_id, at, hostname, kind, from_phase, to_phase, detail "
+                 "FROM events")
+        args: tuple[Any, ...] = ()
+        if hostname is not None:
+            query += " WHERE hostname = ?"
+            args = (hostname,)
+        with self._connect() as db:
+            rows = db.execute(query + " ORDER BY id", args).fetchall()
+        return [Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7] or "{}"))
+                for r in rows]
+
+    def check_consistency(self) -> list[str]:
+        """Problems a crash could have caused (none expected): every node's phase must be
+        the to_phase of its last transition event, and the database must pass SQLite's own
+        integrity check."""
+        problems = []
+        with self._connect() as db:
+            if db.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
+                problems.append("sqlite integrity_check failed")
+            for host, phase in db.execute("SELECT hostname, phase FROM nodes"):
+                last = db.execute("SELECT to_phase FROM events WHERE hostname = ? AND "
+                                  "to_phase IS NOT NULL ORDER BY id DESC LIMIT 1",
+                                  (host,)).fetchone()
+                if last is None or last[0] != phase:
+                    problems.append(f"{host}: phase {phase} but last event says "
+                                    f"{last[0] if last else None}")
+        return problems
+
+
+def _node(row: Sequence[Any]) -> NodeState:
+    return NodeState(hostname=row[0], phase=Phase(row[1]),
+                     failed_phase=Phase(row[2]) if row[2] else None, reason=row[3],
+                     updated_at=float(row[4]))
