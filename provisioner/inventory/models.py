@@ -74,6 +74,15 @@ def _version(value: str) -> str:
     return value
 
 
+def _text_only(value: Any) -> Any:
+    """Addresses are written as text: YAML's true or 42 must not become 0.0.0.1/32."""
+    if not isinstance(value, str):
+        raise ValueError("write the address as text, for example 10.0.0.1 or 10.0.0.0/24")
+    return value
+
+
+IPv4Addr = Annotated[IPv4Address, BeforeValidator(_text_only)]
+IPv4Net = Annotated[IPv4Network, BeforeValidator(_text_only)]
 Hostname = Annotated[str, AfterValidator(_hostname)]
 Name = Annotated[str, AfterValidator(_name)]
 Mac = Annotated[str, AfterValidator(_mac)]
@@ -268,7 +277,7 @@ class Node(Model):
     roles: tuple[Role, ...] | None = None
     bmc: Bmc | None = None
     management: SwitchAccess | None = None
-    addresses: dict[Name, IPv4Address] = Field(default_factory=dict)
+    addresses: dict[Name, IPv4Addr] = Field(default_factory=dict)
     macs: dict[Name, Mac] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
 
@@ -326,10 +335,10 @@ class NetworkKind(StrEnum):
 class Network(Model):
     name: Name
     kind: NetworkKind
-    cidr: IPv4Network
+    cidr: IPv4Net
     vlan: int | None = Field(default=None, ge=1, le=4094)
     mtu: int = Field(default=1500, ge=576, le=9216)
-    gateway: IPv4Address | None = None
+    gateway: IPv4Addr | None = None
 
 
 class NvidiaDriver(Model):
@@ -353,8 +362,8 @@ class FabricManager(Model):
 class Kubernetes(Model):
     version: Version
     cni: Literal["calico", "cilium", "flannel"] = "calico"
-    pod_cidr: IPv4Network = IPv4Network("10.244.0.0/16")
-    service_cidr: IPv4Network = IPv4Network("10.96.0.0/12")
+    pod_cidr: IPv4Net = IPv4Network("10.244.0.0/16")
+    service_cidr: IPv4Net = IPv4Network("10.96.0.0/12")
 
 
 class Dcgm(Model):

@@ -120,3 +120,12 @@ def test_site_catalog_extends_and_overrides(write_site):
     assert loaded.catalog["my-gpu-box"].gpu.model == "L40S"
     assert loaded.catalog["hci-2u4n"].max_power_w == 1800
     assert [w.code for w in loaded.warnings] == ["catalog-override"]
+
+
+@pytest.mark.parametrize("value", ["true", "42", "yes"])
+def test_addresses_must_be_text(write_site, value):
+    text = VALID.replace("cidr: 10.1.0.0/24", f"cidr: {value}")
+    with pytest.raises(InventoryError) as exc:
+        load(write_site(text))
+    assert "write the address as text" in exc.value.findings[0].message
+    assert exc.value.findings[0].location.key_path == "networks[0].cidr"
