@@ -67,7 +67,7 @@ class LabProcess:
     log: str
 
     def alive(self) -> bool:
-        return _start_ticks(self.pid) == self.start_ticks
+        return hosts_mod.start_ticks(self.pid) == self.start_ticks
 
 
 @dataclass
@@ -89,15 +89,6 @@ class LabState:
                    endpoints=data.get("endpoints", {}),
                    ssh_hosts=[hosts_mod.SshHost(**h) for h in data.get("ssh_hosts", [])],
                    ssh_tag=data.get("ssh_tag", ""))
-
-
-def _start_ticks(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces; fields after it are split safely.
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def _free_ports(kind: int, count: int) -> list[int]:
@@ -166,7 +157,7 @@ def _spawn(argv: Sequence[str], log: Path, env: dict[str, str] | None = None
 
 
 def _record(state: LabState, role: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    ticks = _start_ticks(proc.pid)
+    ticks = hosts_mod.start_ticks(proc.pid)
     if ticks is None:
         raise ConfigError(f"lab: {role} exited at start", hint=f"see {log}")
     state.processes.append(LabProcess(role, proc.pid, ticks, str(log)))

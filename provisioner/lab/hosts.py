@@ -86,11 +86,13 @@ def ensure_rootfs(cache: Path | None = None) -> Path:
     return base
 
 
-def _start_ticks(pid: int) -> int | None:
+def start_ticks(pid: int) -> int | None:
+    """Start time of a live process (None when gone or a zombie): tells reused PIDs apart."""
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
+    return None if fields[0] == "Z" else int(fields[19])
 
 
 def bridge_name(tag: str) -> str:
@@ -106,6 +108,12 @@ def up(hosts: Sequence[tuple[str, IPv4Address]], network: IPv4Network, gateway: 
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "provisioner-lab",
               "-f", str(key)])
     bridge = bridge_name(tag)
+    for line in _run(["ip", "-o", "-4", "addr", "show"], check=False).stdout.splitlines():
+        fields = line.split()
+        if f"inet {gateway}/" in line and fields[1] != bridge:
+            raise ConfigError(f"lab hosts: {gateway} is already on {fields[1]}: another lab "
+                              f"(or a real network) uses {network}",
+                              hint="stop the other lab (`provision lab down`) first")
     if _run(["ip", "link", "show", bridge], check=False).returncode != 0:
         _run(["ip", "link", "add", bridge, "type", "bridge"])
         _run(["ip", "addr", "add", f"{gateway}/{network.prefixlen}", "dev", bridge])
@@ -164,7 +172,7 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
                                 start_new_session=True)
     finally:
         log.close()
-    ticks = _start_ticks(proc.pid) or 0
+    ticks = start_ticks(proc.pid) or 0
     return SshHost(name=name, address=str(address), netns=netns, veth=veth, pid=proc.pid,
                    start_ticks=ticks, upper=str(d / "upper"))
 
@@ -174,7 +182,7 @@ def _wait_ssh(host: SshHost, timeout_s: float) -> None:
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), socket.create_connection((host.address, 22), 0.3):
             return
-        if _start_ticks(host.pid) != host.start_ticks:
+        if start_ticks(host.pid) != host.start_ticks:
             raise ConfigError(f"lab host {host.name}: sshd exited at start",
                               hint=f"see {Path(host.upper).parent / 'host.log'}")
         time.sleep(0.05)
@@ -184,7 +192,7 @@ def _wait_ssh(host: SshHost, timeout_s: float) -> None:
 def down(hosts: Sequence[SshHost], tag: str) -> None:
     """Stop exactly these hosts' processes, delete their namespaces, veths and the bridge."""
     for h in hosts:
-        pids = {h.pid} if _start_ticks(h.pid) == h.start_ticks else set()
+        pids = {h.pid} if start_ticks(h.pid) == h.start_ticks else set()
         # sshd session children (Ansible's ControlPersist) keep the namespace alive
         listed = _run(["ip", "netns", "pids", h.netns], check=False).stdout.split()
         pids |= {int(p) for p in listed if p.isdigit()}

@@ -336,6 +336,8 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
         add("package", f"nvidia-utils-{drv.branch}-server", pin, "nvidia_driver", gpu)
     if sw.cuda and gpu:
         major_minor = "-".join(sw.cuda.split(".")[:2])
+        add("repository", "NVIDIA CUDA repository (developer.download.nvidia.com/compute/cuda)",
+            sw.os, "cuda_toolkit", gpu)
         add("package", f"cuda-toolkit-{major_minor}", sw.cuda, "cuda_toolkit", gpu)
     if gpu:
         add("package", "datacenter-gpu-manager", sw.dcgm.version or "", "dcgm", gpu)
@@ -346,10 +348,19 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
         add("package", f"nvidia-fabricmanager-{drv.branch}", fm, "fabric_manager", nvs)
         add("package", f"nvidia-imex-{drv.branch}", "", "fabric_manager", imex)
     roce = [h for h in servers if _has_roce(loaded, h.node)]
+    if sw.doca:
+        add("repository", "DOCA repository (linux.mellanox.com/public/repo/doca)", sw.doca,
+            "roce_host", roce)
     add("package", "doca-ofed", sw.doca or "", "roce_host", roce)
     k8s = [h for h in servers if {Role.CONTROL_PLANE, Role.WORKER} & set(h.roles)]
     if sw.kubernetes and k8s:
         add("package", "containerd", "", "container_runtime", k8s)
+        add("repository", "NVIDIA Container Toolkit repository (nvidia.github.io/"
+            "libnvidia-container)", "stable", "container_runtime",
+            [h for h in k8s if h.block.gpu is not None])
+        minor = ".".join(sw.kubernetes.version.split(".")[:2])
+        add("repository", f"Kubernetes repository (pkgs.k8s.io/core:/stable:/v{minor})", minor,
+            "kubernetes", k8s)
         add("package", "nvidia-container-toolkit", "", "container_runtime",
             [h for h in k8s if h.block.gpu is not None])
         for pkg in ("kubeadm", "kubelet", "kubectl"):
@@ -357,7 +368,7 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
         add("image", "registry.k8s.io/pause", "3.10", "container_runtime", k8s)
         add("image-set", "kubeadm control-plane images (kubeadm config images list)",
             f"v{sw.kubernetes.version}", "kubernetes", k8s)
-        add("file", f"/etc/kubernetes/cni-{sw.kubernetes.cni}.yaml (CNI manifest)", "",
+        add("file", f"{sw.kubernetes.cni} CNI manifest (kubernetes_cni_manifest_url)", "",
             "kubernetes", k8s)
         if gpu:
             add("helm-chart", "nvidia/gpu-operator", "v25.3.0", "kubernetes", k8s)
