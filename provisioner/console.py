@@ -6,6 +6,7 @@ The core returns data; only this module decides how it looks. Errors go to stder
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import threading
@@ -270,8 +271,6 @@ class Console:
 
 
 def dataclass_dict(obj: Any) -> dict[str, Any]:
-    import dataclasses
-
     return dataclasses.asdict(obj)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
-from pathlib import Path
 
 from provisioner.bmc.base import (
     BmcDriver,
@@ -59,7 +58,7 @@ def select_hosts(hostnames: list[str], limit: str | None) -> list[str]:
 def targets(loaded: LoadedSite, env: Mapping[str, str], limit: str | None = None,
             request_timeout_s: float = 10.0) -> list[BmcTarget]:
     """BMC targets for the site's nodes (in inventory order), secrets resolved once each."""
-    base_dir = loaded.root if loaded.root.is_dir() else loaded.root.parent
+    base_dir = loaded.base_dir
     nodes = [n for p in loaded.site.placements for n in p.nodes if n.bmc is not None]
     wanted = set(select_hosts([n.hostname for n in nodes], limit))
     cache: dict[str, Secret] = {}
@@ -92,6 +91,3 @@ def make_driver(target: BmcTarget) -> BmcDriver:
 
     return IpmiDriver(target)
 
-
-def base_dir_of(loaded: LoadedSite) -> Path:
-    return loaded.root if loaded.root.is_dir() else loaded.root.parent

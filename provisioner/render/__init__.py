@@ -251,7 +251,8 @@ def _hosts_yml(groups: dict[str, list[str]], hostvars: dict[str, dict[str, Any]]
 def _copy_tree(src: Path, dst: Path, written: list[Path]) -> None:
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
-        if any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
+        # role test scenarios (molecule/) are not part of what runs on a site
+        if any(part.startswith(".") or part in ("__pycache__", "molecule") for part in rel.parts):
             continue
         target = dst / rel
         if path.is_dir():
