@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 
 # System packages: python venv support, and the real peers the lab and the tests run
 # (OpenIPMI's ipmi_sim and ipmitool for IPMI BMCs; debootstrap, ssh and iproute2 for the
-# SSH test hosts in network namespaces).
-APT_PACKAGES=(python3-venv openipmi ipmitool iproute2 debootstrap openssh-client util-linux)
+# SSH test hosts in network namespaces; dnsmasq to check rendered network-boot configs).
+APT_PACKAGES=(python3-venv openipmi ipmitool iproute2 debootstrap openssh-client util-linux
+  dnsmasq-base)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from provisioner import __version__
-from provisioner.cli import bmc, inventory, lab
+from provisioner.cli import bmc, inventory, lab, pxe
 from provisioner.cli.common import STATE
 from provisioner.cli.render import render
 from provisioner.cli.run import run
@@ -49,6 +49,7 @@ app.command()(render)
 app.command()(run)
 app.add_typer(bmc.app, name="bmc")
 app.add_typer(lab.app, name="lab")
+app.add_typer(pxe.app, name="pxe")
 
 
 def main() -> None:
