@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from provisioner.errors import BmcTimeout
 from provisioner.inventory.models import Tls
 from provisioner.secrets import Secret
 
@@ -134,6 +135,28 @@ def wait_for_power(read: Callable[[], PowerState], target: PowerState, until: fl
             return state
         sleep(min(interval, max(0.0, until - time.monotonic())))
         interval = min(interval * 1.5, max_interval_s)
+
+
+def request_power(send: Callable[[], object], read: Callable[[], PowerState],
+                  target: PowerState, timeout_s: float, *, node: str, what: str,
+                  interval_s: float, max_interval_s: float,
+                  sleep: Callable[[float], None]) -> PowerState:
+    """Send a power request and wait until the BMC reports `target`.
+
+    A BMC can accept a request and never act on it ("lies"): the request is sent again after
+    half the time, and the node fails with a timeout after all of it.
+    """
+    start = time.monotonic()
+    last = PowerState.UNKNOWN
+    for attempt in range(2):
+        send()
+        until = start + timeout_s / 2 if attempt == 0 else start + timeout_s
+        last = wait_for_power(read, target, until, interval_s=interval_s,
+                              max_interval_s=max_interval_s, sleep=sleep)
+        if last is target:
+            return last
+    raise BmcTimeout(f"{node}: asked for power {target.value} ({what}) twice; the BMC still "
+                     f"reports {last.value} after {timeout_s:g} s")
 
 
 @runtime_checkable

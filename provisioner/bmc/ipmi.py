@@ -25,14 +25,13 @@ from provisioner.bmc.base import (
     HardwareFacts,
     PowerAction,
     PowerState,
-    wait_for_power,
+    request_power,
 )
 from provisioner.bmc.retry import RetryPolicy, retry
 from provisioner.errors import (
     BmcAuthError,
     BmcError,
     BmcRefused,
-    BmcTimeout,
     BmcUnreachable,
     BmcUnsupported,
 )
@@ -196,20 +195,11 @@ class IpmiDriver:
                 return rsp
             return cmd.set_power(POWER_ACTION_TO_IPMI[action], wait=False)
 
-        last = current
-        for attempt in range(2):  # ask twice before calling a BMC that ignores us failed
-            self._retry(send)
-            until = start + timeout_s / 2 if attempt == 0 else deadline
-            last = self._wait_power(target, until)
-            if last is target:
-                return last
-        raise BmcTimeout(f"{self.target.node}: asked for power {target.value} twice; the BMC "
-                         f"still reports {last.value} after {timeout_s:g} s")
-
-    def _wait_power(self, target: PowerState, until: float) -> PowerState:
-        return wait_for_power(self.get_power_state, target, until,
-                              interval_s=self.poll_interval_s, max_interval_s=3.0,
-                              sleep=self._sleep)
+        remaining = max(1.0, deadline - time.monotonic())
+        return request_power(lambda: self._retry(send), self.get_power_state, target,
+                             remaining, node=self.target.node, what=action.value,
+                             interval_s=self.poll_interval_s, max_interval_s=3.0,
+                             sleep=self._sleep)
 
     # -------------------------------------------------------- boot
 

@@ -34,7 +34,7 @@ from provisioner.bmc.base import (
     PowerAction,
     PowerState,
     PsuFact,
-    wait_for_power,
+    request_power,
 )
 from provisioner.bmc.quirks import Quirks, quirks_for
 from provisioner.bmc.retry import RetryPolicy, retry
@@ -454,24 +454,15 @@ class RedfishDriver:
         if action is PowerAction.ON and quirks.power_on_conflict_retries:
             policy = RetryPolicy(policy.attempts + quirks.power_on_conflict_retries,
                                  policy.base_delay_s, policy.max_delay_s)
-        # A BMC can accept the request and never act on it ("lies"): ask twice, each with
-        # half the time, before calling the node failed.
-        last = current
-        for attempt in range(2):
+        def send() -> None:
             self._retry(lambda: conn.post(path, data={"ResetType": reset}), deadline, policy)
             self._snapshot = None
-            half = start + timeout_s * (attempt + 1) / 2
-            last = self._wait_power(target, half if attempt == 0 else deadline)
-            if last is target:
-                return last
-        raise BmcTimeout(
-            f"{self.target.node}: asked for power {target.value} ({reset}) twice; the BMC "
-            f"still reports {last.value} after {timeout_s:g} s")
 
-    def _wait_power(self, target: PowerState, until: float) -> PowerState:
-        return wait_for_power(self.get_power_state, target, until,
-                              interval_s=self.poll_interval_s, max_interval_s=2.0,
-                              sleep=self._sleep)
+        remaining = max(1.0, deadline - time.monotonic())
+        return request_power(send, self.get_power_state, target, remaining,
+                             node=self.target.node, what=reset,
+                             interval_s=self.poll_interval_s, max_interval_s=2.0,
+                             sleep=self._sleep)
 
     # -------------------------------------------------------- boot
 

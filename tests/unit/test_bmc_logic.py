@@ -191,3 +191,25 @@ def test_secret_from_ansible_vault(tmp_path):
 def test_timeout_is_transient_auth_is_not():
     assert BmcTimeout("x").transient and BmcUnreachable("x").transient
     assert not BmcAuthError("x").transient
+
+
+def test_request_power_asks_again_then_fails_a_bmc_that_never_acts():
+    from provisioner.bmc.base import PowerState, request_power
+
+    sent = []
+    with pytest.raises(BmcTimeout, match=r"asked for power on \(On\) twice"):
+        request_power(lambda: sent.append(1), lambda: PowerState.OFF, PowerState.ON, 0.2,
+                      node="n1", what="On", interval_s=0.01, max_interval_s=0.02,
+                      sleep=lambda s: None)
+    assert sent == [1, 1]
+
+
+def test_request_power_returns_once_the_state_is_reported():
+    from provisioner.bmc.base import PowerState, request_power
+
+    states = iter([PowerState.OFF, PowerState.POWERING_ON, PowerState.ON])
+    sent = []
+    got = request_power(lambda: sent.append(1), lambda: next(states), PowerState.ON, 30,
+                        node="n1", what="On", interval_s=0.01, max_interval_s=0.02,
+                        sleep=lambda s: None)
+    assert got is PowerState.ON and sent == [1]
