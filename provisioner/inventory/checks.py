@@ -17,6 +17,7 @@ from provisioner.inventory.models import (
     OPEN_ONLY_ARCHS,
     PROPRIETARY_ONLY_ARCHS,
     BlockKind,
+    BlockType,
     Network,
     NetworkKind,
     Role,
@@ -380,6 +381,7 @@ def _kubernetes(loaded: LoadedSite, emit: Emit) -> None:
 def _budgets(loaded: LoadedSite, emit: Emit, basis: power.Basis) -> None:
     report = power.budget(loaded.site, loaded.catalog, basis)
     index = {r.name: i for i, r in enumerate(loaded.site.racks)}
+    weak_psus = _psu_not_n_plus_n(loaded)
     for rb in report.racks:
         i = index[rb.name]
         rack = loaded.site.racks[i]
@@ -395,24 +397,27 @@ def _budgets(loaded: LoadedSite, emit: Emit, basis: power.Basis) -> None:
                 path = ("racks", i, "height_u")
                 hint = "move equipment to another rack"
             emit(f"{f.check}-over-budget", path, f.message, hint, category=Category.BUDGET)
-        _psu_redundancy(loaded, emit, i, rack.redundancy)
+        if rack.redundancy == "2N":
+            for pi, block in weak_psus.get(rack.name, ()):
+                psu = block.psu
+                assert psu is not None
+                emit("psu-not-n-plus-n", ("placements", pi, "block"),
+                     f"{block.name} PSUs are {psu.redundancy}: with feed A or B lost it runs on "
+                     f"{psu.count // 2} of {psu.count} PSUs and needs {psu.needed} for full "
+                     "power", "expect reduced performance on a feed loss, or wire PSUs for it",
+                     severity=Severity.WARNING, category=Category.BUDGET)
 
 
-def _psu_redundancy(loaded: LoadedSite, emit: Emit, rack_index: int, redundancy: str) -> None:
-    """On a 2N rack, a chassis whose PSUs are not N+N loses capacity when one feed fails."""
-    if redundancy != "2N":
-        return
-    name = loaded.site.racks[rack_index].name
-    warned: set[str] = set()
+def _psu_not_n_plus_n(loaded: LoadedSite) -> dict[str, list[tuple[int, BlockType]]]:
+    """Per rack, the first placement of each block type whose PSUs are not N+N: on a 2N rack
+    such a chassis loses capacity when one feed fails. One pass over the placements."""
+    found: dict[str, list[tuple[int, BlockType]]] = {}
+    seen: set[tuple[str, str]] = set()
     for i, p in enumerate(loaded.site.placements):
         block = loaded.catalog.get(p.block)
-        if p.rack != name or block is None or block.psu is None or block.name in warned:
+        if block is None or block.psu is None or (p.rack, block.name) in seen:
             continue
-        half = block.psu.count // 2
-        if block.psu.count >= 2 and half < block.psu.needed:
-            warned.add(block.name)
-            emit("psu-not-n-plus-n", ("placements", i, "block"),
-                 f"{block.name} PSUs are {block.psu.redundancy}: with feed A or B lost it runs on "
-                 f"{half} of {block.psu.count} PSUs and needs {block.psu.needed} for full power",
-                 "expect reduced performance on a feed loss, or wire PSUs for it",
-                 severity=Severity.WARNING, category=Category.BUDGET)
+        if block.psu.count >= 2 and block.psu.count // 2 < block.psu.needed:
+            seen.add((p.rack, block.name))
+            found.setdefault(p.rack, []).append((i, block))
+    return found
