@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from provisioner.bmc.pool import NodeResult
     from provisioner.lab import LabState
     from provisioner.runner import RunResult, TaskEvent
+    from provisioner.workflows.report import PlanReport, StatusReport
+    from provisioner.workflows.up import Progress as UpProgress
+    from provisioner.workflows.up import UpResult
+
+PHASE_COLOR = {"ready": "green", "failed": "red", "maintenance": "magenta"}
 
 
 class Console:
@@ -268,6 +273,152 @@ class Console:
             self.out.print(f"[red]{ev.status}[/] {ev.host} | {escape(ev.task)}: "
                            f"{escape(ev.message)}")
         self.out.print(f"logs: {result.artifact_dir}")
+
+
+    # -------------------------------------------------------------- provision up
+
+    @contextmanager
+    def up_progress(self, nodes: Sequence[str], *, live: bool | None = None,
+                    json_events: bool = False) -> Iterator[Callable[[UpProgress], None]]:
+        """Progress of `up`: JSON lines on stdout (--json-events), a live per-node table on a
+        terminal, or one plain line per step otherwise. Called from worker threads."""
+        lock = threading.Lock()
+        if json_events:
+            def as_json(p: UpProgress) -> None:
+                line = json.dumps({"schema": "provisioner.up-event/v1", "at": round(p.at, 3),
+                                   "node": p.node, "step": p.step, "status": p.status,
+                                   "detail": p.detail})
+                with lock:
+                    sys.stdout.write(line + "\n")
+                    sys.stdout.flush()
+            yield as_json
+            return
+        if self.json_mode or self.quiet:
+            yield lambda p: None
+            return
+        if not (self.err.is_terminal if live is None else live):
+            def plain(p: UpProgress) -> None:
+                if p.status == "task" and not p.detail.startswith(("failed", "unreachable")):
+                    return
+                with lock:
+                    self.err.print(f"{p.node or '-'}: {p.step} {p.status}"
+                                   + (f": {escape(p.detail)}" if p.detail else ""))
+            yield plain
+            return
+        from rich.live import Live
+
+        rows: dict[str, list[str]] = {n: ["waiting", "", ""] for n in nodes}
+
+        def table() -> Table:
+            t = Table(title="provision up", title_justify="left")
+            for col in ("node", "step", "state", "detail"):
+                t.add_column(col, overflow="ellipsis", no_wrap=True,
+                             max_width=80 if col == "detail" else None)
+            for node, (step, state, detail) in rows.items():
+                color = {"ok": "green", "failed": "red", "interrupted": "yellow"}.get(state, "")
+                shown = f"[{color}]{state}[/]" if color else state
+                t.add_row(node, step, shown, escape(detail))
+            return t
+
+        def update(p: UpProgress) -> None:
+            if p.node is None:
+                return
+            with lock:
+                row = rows.setdefault(p.node, ["", "", ""])
+                if p.status == "task":
+                    row[2] = p.detail
+                else:
+                    row[0], row[1], row[2] = p.step, p.status, p.detail
+
+        with Live(get_renderable=table, console=self.err, refresh_per_second=4,
+                  transient=False):
+            yield update
+
+    @staticmethod
+    def up_result_json(result: UpResult) -> dict[str, Any]:
+        return {
+            "schema": "provisioner.up/v1", "site": result.site, "ok": result.ok,
+            "lab": result.lab, "run_id": result.run_id, "interrupted": result.interrupted,
+            "nothing_to_do": result.nothing_to_do, "elapsed_s": round(result.elapsed_s, 2),
+            "ansible_s": round(result.ansible_s, 2), "state_path": str(result.state_path),
+            "project_dir": str(result.project_dir) if result.project_dir else None,
+            "artifact_dirs": result.artifact_dirs, "notes": result.notes,
+            "nodes": [{"hostname": n.hostname, "start_phase": n.start_phase.value,
+                       "phase": n.phase.value,
+                       "failed_phase": n.failed_phase.value if n.failed_phase else None,
+                       "reason": n.reason, "steps": n.steps} for n in result.nodes],
+        }
+
+    def up_result(self, result: UpResult) -> None:
+        if result.nothing_to_do and not result.interrupted:
+            self.out.print(f"nothing to do: all {len(result.nodes)} nodes are "
+                           + ", ".join(sorted({n.phase.value for n in result.nodes}))
+                           + f" (state: {result.state_path})")
+            return
+        table = Table(title=f"provision up: site {result.site}", title_justify="left")
+        for col in ("node", "was", "now", "steps this run", "reason"):
+            table.add_column(col)
+        for n in result.nodes:
+            color = PHASE_COLOR.get(n.phase.value, "yellow")
+            now = n.phase.value + (f" ({n.failed_phase.value})" if n.failed_phase else "")
+            table.add_row(n.hostname, n.start_phase.value, f"[{color}]{now}[/]",
+                          ", ".join(n.steps) or "-", escape(n.reason or ""))
+        self.out.print(table)
+        for note in result.notes:
+            self.out.print(f"note: {escape(note)}")
+        ready = sum(n.phase.value == "ready" for n in result.nodes)
+        self.out.print(f"{ready} of {len(result.nodes)} ready, {len(result.failed)} failed"
+                       + (", interrupted: run `provision up` again to resume"
+                          if result.interrupted else "")
+                       + f"; {result.elapsed_s:.0f} s")
+        self.out.print(f"state: {result.state_path}")
+        if result.project_dir:
+            self.out.print(f"rendered project: {result.project_dir}")
+        if result.artifact_dirs:
+            self.out.print("playbook logs: " + ", ".join(result.artifact_dirs))
+
+    def plan(self, report: PlanReport) -> None:
+        table = Table(title=f"provision plan: site {report.site}", title_justify="left")
+        for col in ("node", "rack", "phase", "action", "steps", "note"):
+            table.add_column(col)
+        for n in report.nodes:
+            note = n.reason or ""
+            if n.bmc is not None:
+                note = "; ".join(filter(None, [note, f"power {n.bmc.power}" if n.bmc.power
+                                               else "", *n.bmc.problems, n.bmc.error or ""]))
+            table.add_row(n.hostname, n.rack or "-", n.phase or "(new)", n.action,
+                          ", ".join(n.steps) or "-", escape(note))
+        self.out.print(table)
+        self.out.print(", ".join(f"{v} {k}" for k, v in report.summary.items() if v)
+                       + f" (state: {report.state_path})")
+
+    def status(self, report: StatusReport) -> None:
+        if not report.nodes:
+            self.out.print(f"no node enrolled yet (state: {report.state_path}); "
+                           "`provision plan` shows what `provision up` would do")
+        else:
+            table = Table(title=f"provision status: site {report.site}", title_justify="left")
+            for col in ("node", "rack", "phase", "since", "reason"):
+                table.add_column(col)
+            for n in report.nodes:
+                color = PHASE_COLOR.get(n.phase, "yellow")
+                phase = n.phase + (f" ({n.failed_phase})" if n.failed_phase else "")
+                table.add_row(n.hostname + ("" if n.in_inventory else " (not in inventory)"),
+                              n.rack or "-", f"[{color}]{phase}[/]", n.updated_at,
+                              escape(n.reason or ""))
+            self.out.print(table)
+        power_t = Table(title="rack power in use (nameplate of what is on)",
+                        title_justify="left")
+        for col in ("rack", "powered W", "powered VA", "usable VA", "use"):
+            power_t.add_column(col, justify="left" if col == "rack" else "right")
+        for r in report.racks:
+            power_t.add_row(r.name, f"{r.powered_w:,.0f}", f"{r.powered_va:,.0f}",
+                            f"{r.usable_va:,.0f}", f"{r.utilization:.0%}")
+        self.out.print(power_t)
+        if report.runs:
+            last = report.runs[0]
+            self.out.print(f"last run #{last.id}: {last.command} started {last.started_at}, "
+                           f"{last.status}")
 
 
 def dataclass_dict(obj: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ class ExitCode(IntEnum):
     RENDER = 6
     PLAYBOOK = 7
     STATE = 8
+    NODES_FAILED = 9  # `provision up` finished, and at least one node failed (others went on)
     INTERRUPTED = 130
 
 

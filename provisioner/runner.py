@@ -52,6 +52,9 @@ class RunResult:
     hosts: dict[str, HostStats] = field(default_factory=dict)
     events: list[TaskEvent] = field(default_factory=list)
     artifact_dir: str = ""
+    # Ansible stopped every host early (any_errors_fatal, or max_fail_percentage): hosts
+    # without a failure of their own did not finish either.
+    aborted: bool = False
 
     @property
     def ok(self) -> bool:
@@ -88,6 +91,10 @@ _STATUS = {
 }
 
 
+# Their msg is the point of the task (for example the verify role's "not verified: ...").
+DEBUG_ACTIONS = ("debug", "ansible.builtin.debug")
+
+
 def _message(res: Mapping[str, Any]) -> str:
     for key in ("msg", "stderr", "reason"):
         value = res.get(key)
@@ -112,7 +119,8 @@ def _to_event(raw: Mapping[str, Any]) -> TaskEvent | None:
         status = "skipped"
     return TaskEvent(host=str(data["host"]), task=str(data.get("task", "")),
                      role=str(data.get("role", "")), status=status,
-                     message=_message(res) if status in ("failed", "unreachable") else "",
+                     message=_message(res) if status in ("failed", "unreachable")
+                     or data.get("task_action") in DEBUG_ACTIONS else "",
                      check_mode=simulated)
 
 
@@ -120,15 +128,20 @@ def run_playbook(private_data_dir: Path, playbook: str, *, limit: str | None = N
                  tags: str | None = None, skip_tags: str | None = None,
                  extravars: Mapping[str, Any] | None = None, forks: int = 20,
                  check: bool = False, on_event: EventFn | None = None,
-                 envvars: Mapping[str, str] | None = None) -> RunResult:
+                 envvars: Mapping[str, str] | None = None,
+                 cancel: Callable[[], bool] | None = None) -> RunResult:
     """Run `playbook` (a file under private_data_dir/project) and collect the result."""
     project = private_data_dir / "project"
     if not (project / playbook).is_file():
         raise PlaybookError(f"no playbook {playbook} in {project}",
                             hint="render the site first (`provision render`)")
     events: list[TaskEvent] = []
+    aborted = False
 
     def handler(raw: dict[str, Any]) -> bool:
+        nonlocal aborted
+        if raw.get("event") == "playbook_on_no_hosts_remaining":
+            aborted = True
         ev = _to_event(raw)
         if ev is not None:
             events.append(ev)
@@ -145,7 +158,7 @@ def run_playbook(private_data_dir: Path, playbook: str, *, limit: str | None = N
     runner = ansible_runner.run(
         private_data_dir=str(private_data_dir), playbook=playbook, limit=limit, tags=tags,
         skip_tags=skip_tags, extravars=dict(extravars or {}), forks=forks, cmdline=cmdline,
-        quiet=True, event_handler=handler, envvars=env)
+        quiet=True, event_handler=handler, envvars=env, cancel_callback=cancel)
     stats = runner.stats or {}
     hosts: dict[str, HostStats] = {}
     names = set()
@@ -158,5 +171,6 @@ def run_playbook(private_data_dir: Path, playbook: str, *, limit: str | None = N
                                 unreachable=n("dark"), skipped=n("skipped"),
                                 rescued=n("rescued"), ignored=n("ignored"))
     return RunResult(playbook=playbook, status=str(runner.status), rc=int(runner.rc or 0),
-                     hosts=hosts, events=events, artifact_dir=str(runner.config.artifact_dir))
+                     hosts=hosts, events=events, artifact_dir=str(runner.config.artifact_dir),
+                     aborted=aborted)
 

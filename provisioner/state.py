@@ -11,6 +11,7 @@ run resumes from what is recorded. Phases follow ironic / MAAS / Metal3:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sqlite3
@@ -178,6 +179,46 @@ class StateStore:
                        (time.time(), status, run_id))
             db.execute("INSERT INTO events (run_id, at, kind, detail) VALUES (?, ?, ?, ?)",
                        (run_id, time.time(), "run_ended", json.dumps({"status": status})))
+
+    def close_stale_runs(self) -> list[int]:
+        """Mark runs still recorded as running as killed. Call only while holding the site
+        lock (`exclusive`): then no other run can be live, so 'running' means it died."""
+        with self._tx() as db:
+            stale = [int(r[0]) for r in db.execute("SELECT id FROM runs WHERE status = 'running'")]
+            for run_id in stale:
+                db.execute("UPDATE runs SET status = 'killed' WHERE id = ?", (run_id,))
+                db.execute("INSERT INTO events (run_id, at, kind, detail) VALUES (?, ?, ?, ?)",
+                           (run_id, time.time(), "run_ended",
+                            json.dumps({"status": "killed", "noticed_by_pid": os.getpid()})))
+        return stale
+
+    def runs(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The latest runs, newest first."""
+        with self._connect() as db:
+            rows = db.execute("SELECT id, command, started_at, ended_at, status, pid FROM runs "
+                              "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [{"id": r[0], "command": r[1], "started_at": r[2], "ended_at": r[3],
+                 "status": r[4], "pid": r[5]} for r in rows]
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the site's lock for a run that changes nodes: a second `up` on the same site
+        is refused instead of racing the first for its nodes."""
+        lock_path = Path(str(self.path) + ".lock")
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                raise StateError(f"another run (pid {holder}) holds {lock_path}",
+                                 hint="wait for it to finish; `provision status` shows it"
+                                 ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the lock; the kernel also releases it if we are killed
 
     # -------------------------------------------------------- nodes
 

@@ -121,6 +121,16 @@ def _placements(loaded: LoadedSite, emit: Emit) -> None:
                 emit("no-bmc", ("placements", i, "nodes", j), f"{node.hostname} has no bmc",
                      "add a bmc: endpoint so the node can be brought up without hands",
                      severity=Severity.WARNING)
+            if (node.boot == "virtual_media" and not site.provisioning.iso_url
+                    and block.kind is not BlockKind.SWITCH):
+                emit("no-iso-url", ("placements", i, "nodes", j, "boot"),
+                     f"{node.hostname} boots from virtual media but no installer ISO is set",
+                     "set provisioning: {iso_url: http://mirror/ubuntu.iso}")
+            if node.boot == "virtual_media" and node.bmc is not None \
+                    and node.bmc.protocol.value == "ipmi":
+                emit("ipmi-virtual-media", ("placements", i, "nodes", j, "boot"),
+                     f"{node.hostname}: IPMI has no standard virtual media",
+                     "use boot: pxe, or a Redfish BMC")
             if Role.SWITCH in roles and block.kind is not BlockKind.SWITCH:
                 emit("bad-role", ("placements", i, "nodes", j, "roles"),
                      f"{node.hostname} is a {block.kind.value}, not a switch")

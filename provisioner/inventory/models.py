@@ -272,10 +272,15 @@ class Role(StrEnum):
     SWITCH = "switch"
 
 
+BootMethod = Literal["pxe", "virtual_media"]
+
+
 class Node(Model):
     hostname: Hostname
     roles: tuple[Role, ...] | None = None
     bmc: Bmc | None = None
+    # How `provision up` boots the OS installer on this node (default: the site's).
+    boot: BootMethod | None = None
     management: SwitchAccess | None = None
     addresses: dict[Name, IPv4Addr] = Field(default_factory=dict)
     macs: dict[Name, Mac] = Field(default_factory=dict)
@@ -411,6 +416,24 @@ class Ssh(Model):
     port: int = Field(default=22, ge=1, le=65535)
 
 
+class Provisioning(Model):
+    """How `provision up` brings nodes from power-off to a reachable OS."""
+
+    boot: BootMethod = "pxe"
+    # The installer ISO a BMC mounts when boot is virtual_media (http or https).
+    iso_url: Annotated[str, Field(pattern=r"^https?://[^\s'\"]+$", max_length=2048)] | None = None
+    # An unattended Ubuntu install takes 10-40 min on real hardware; SSH must answer in this.
+    os_timeout_s: float = Field(default=3600, gt=0, le=86_400)
+    # Nodes handled at once in the BMC and boot phases.
+    concurrency: int = Field(default=64, ge=1, le=4096)
+
+    @model_validator(mode="after")
+    def _iso_when_needed(self) -> Provisioning:
+        if self.boot == "virtual_media" and not self.iso_url:
+            raise ValueError("boot: virtual_media needs iso_url (the installer ISO's URL)")
+        return self
+
+
 class SiteMeta(Model):
     name: Name
     description: str = ""
@@ -430,3 +453,4 @@ class Site(Model):
     racks: tuple[Rack, ...] = Field(min_length=1)
     placements: tuple[Placement, ...] = ()
     software: Software = Software()
+    provisioning: Provisioning = Provisioning()

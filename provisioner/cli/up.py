@@ -1,0 +1,135 @@
+"""provision up | plan | status: bring the site up, say what up would do, say where it is."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.errors import ExitCode
+from provisioner.inventory import load
+from provisioner.state import LIFECYCLE, Phase
+from provisioner.workflows import report as report_mod
+from provisioner.workflows import up as up_mod
+
+
+class PhaseChoice(StrEnum):
+    """The lifecycle phases --from-phase accepts (state.LIFECYCLE)."""
+
+    enrolled = "enrolled"
+    inspected = "inspected"
+    booting = "booting"
+    os_ready = "os_ready"
+    configured = "configured"
+    verified = "verified"
+    ready = "ready"
+
+
+assert [c.value for c in PhaseChoice] == [p.value for p in LIFECYCLE]
+
+
+@contextmanager
+def _graceful_stop() -> Iterator[threading.Event]:
+    """First Ctrl-C (or SIGTERM): stop starting new steps, let in-flight ones finish and
+    record them; a second Ctrl-C aborts at once. Either way the next `up` resumes."""
+    stop = threading.Event()
+    err = console().err
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+        err.print("stopping: steps in flight finish and are recorded "
+                  "(Ctrl-C again to abort now); `provision up` resumes")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@handle_errors
+def up(site: SiteArg = None,
+       limit: Annotated[str | None, typer.Option(
+           "--limit", "-l", help="Only these nodes: comma-separated globs, '!glob' excludes.")]
+       = None,
+       from_phase: Annotated[PhaseChoice | None, typer.Option(
+           "--from-phase", help="Take nodes past this phase back to it and run on from there "
+           "(for example os_ready re-runs the playbooks).")] = None,
+       forks: Annotated[int, typer.Option(min=1, max=1000,
+                                          help="Hosts per playbook wave.")] = 20,
+       concurrency: Annotated[int | None, typer.Option(
+           min=1, max=4096, help="Nodes in the BMC and boot steps at once "
+           "(default: the site's provisioning.concurrency).")] = None,
+       os_timeout: Annotated[float | None, typer.Option(
+           "--os-timeout", min=1.0, help="Seconds to wait for SSH after power on (default: "
+           "the site's provisioning.os_timeout_s; 60 in the lab).")] = None,
+       request_timeout: Annotated[float, typer.Option(
+           "--request-timeout", min=0.5, help="Seconds for one BMC request.")] = 10.0,
+       playbook: Annotated[str, typer.Option(
+           help="Configure with this playbook of the rendered project.")] = "site.yml",
+       verify_playbook: Annotated[str, typer.Option(
+           help="Verify with this playbook (the checks that gate ready).")] = "verify.yml",
+       no_progress: Annotated[bool, typer.Option(
+           "--no-progress", help="One plain line per step, even on a terminal.")] = False,
+       json_events: Annotated[bool, typer.Option(
+           "--json-events", help="JSON lines on stdout as steps happen, then the result.")]
+       = False,
+       json_out: JsonOpt = False) -> None:
+    """Bring every server from power-off to ready: check the rack budget, inspect through
+    the BMC, network-boot, wait for the OS, run the playbooks, verify. Resumable."""
+    loaded = load(resolve_site(site))
+    opts = up_mod.UpOptions(
+        limit=limit, from_phase=Phase(from_phase.value) if from_phase else None, forks=forks,
+        concurrency=concurrency, os_timeout_s=os_timeout, playbook=playbook,
+        verify_playbook=verify_playbook, request_timeout_s=request_timeout)
+    out = console(json_out or json_events)
+    hosts = [s.hostname for s in up_mod.servers(loaded)]
+    with _graceful_stop() as stop, out.up_progress(
+            hosts, live=False if no_progress else None, json_events=json_events) as progress:
+        result = up_mod.up(loaded, os.environ, opts, progress=progress, stop=stop)
+    if json_out or json_events:
+        out.emit_json(out.up_result_json(result))
+    else:
+        out.up_result(result)
+    code = (ExitCode.INTERRUPTED if result.interrupted
+            else ExitCode.NODES_FAILED if result.failed else ExitCode.OK)
+    raise typer.Exit(int(code))
+
+
+@handle_errors
+def plan(site: SiteArg = None,
+         refresh: Annotated[bool, typer.Option(
+             "--refresh", help="Also ask every BMC for power state and hardware facts.")]
+         = False,
+         json_out: JsonOpt = False) -> None:
+    """What `provision up` would do now, per node: add, resume, retry, unchanged, blocked."""
+    loaded = load(resolve_site(site))
+    rep = report_mod.plan(loaded, refresh=refresh, env=os.environ)
+    out = console(json_out)
+    if json_out:
+        out.emit_json(report_mod.dump(rep))
+    else:
+        out.plan(rep)
+
+
+@handle_errors
+def status(site: SiteArg = None, json_out: JsonOpt = False) -> None:
+    """Every node's phase, when it last changed, failures with reasons, rack power in use."""
+    loaded = load(resolve_site(site))
+    rep = report_mod.status(loaded)
+    out = console(json_out)
+    if json_out:
+        out.emit_json(report_mod.dump(rep))
+    else:
+        out.status(rep)

@@ -1,0 +1,251 @@
+"""What `provision up` would do now (plan) and where every node stands (status).
+
+Both are documented JSON (docs/up.md): the pydantic models below are the schema, and
+tests check the CLI's output against them and the docs against the models.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from provisioner import bmc as bmc_mod
+from provisioner import power
+from provisioner.inventory.loader import LoadedSite
+from provisioner.state import LIFECYCLE, NodeState, Phase, StateStore
+from provisioner.workflows.up import (
+    STEP_FROM,
+    Server,
+    blocked_racks,
+    compare_facts,
+    servers,
+    state_path,
+)
+
+PLAN_SCHEMA = "provisioner.plan/v1"
+STATUS_SCHEMA = "provisioner.status/v1"
+POWERED = frozenset({Phase.BOOTING, Phase.OS_READY, Phase.CONFIGURED, Phase.VERIFIED,
+                     Phase.READY})
+
+Action = Literal["add", "resume", "retry", "unchanged", "blocked", "maintenance", "unknown"]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class BmcView(_Out):
+    """What the BMC said with --refresh."""
+
+    power: str | None
+    problems: list[str]
+    notes: list[str]
+    error: str | None
+
+
+class PlanNode(_Out):
+    hostname: str
+    rack: str | None
+    block: str | None
+    action: Action
+    phase: str | None  # None: not in the state store yet
+    failed_phase: str | None
+    reason: str | None
+    steps: list[str]  # what `up` would run for it, in order
+    bmc: BmcView | None
+
+
+class RackGate(_Out):
+    name: str
+    ok: bool
+    reason: str | None
+
+
+class PlanReport(_Out):
+    schema_: Literal["provisioner.plan/v1"] = Field(alias="schema")
+    site: str
+    lab: bool
+    state_path: str
+    generated_at: str
+    summary: dict[Action, int]
+    nodes: list[PlanNode]
+    racks: list[RackGate]
+
+
+class StatusNode(_Out):
+    hostname: str
+    rack: str | None
+    in_inventory: bool
+    phase: str
+    failed_phase: str | None
+    reason: str | None
+    updated_at: str
+
+
+class RackPower(_Out):
+    name: str
+    usable_va: float
+    nameplate_w: float
+    powered_w: float  # nameplate of chassis that are on: switches, and servers `up` booted
+    powered_va: float
+    utilization: float  # powered_va / usable_va
+
+
+class RunView(_Out):
+    id: int
+    command: str
+    started_at: str
+    ended_at: str | None
+    status: str
+    pid: int
+
+
+class StatusReport(_Out):
+    schema_: Literal["provisioner.status/v1"] = Field(alias="schema")
+    site: str
+    lab: bool
+    state_path: str
+    generated_at: str
+    phases: dict[str, int]
+    nodes: list[StatusNode]
+    racks: list[RackPower]
+    runs: list[RunView]
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def dump(report: BaseModel) -> dict[str, Any]:
+    """The JSON document (the schema field is spelled `schema`)."""
+    return report.model_dump(mode="json", by_alias=True)
+
+
+def _steps_from(phase: Phase) -> list[str]:
+    return [STEP_FROM[p] for p in LIFECYCLE[LIFECYCLE.index(phase):] if p in STEP_FROM]
+
+
+def _known(loaded: LoadedSite) -> tuple[list[Server], dict[str, NodeState], StateStore | None]:
+    path = state_path(loaded)
+    store = StateStore(path) if path.exists() else None
+    states = {n.hostname: n for n in store.nodes()} if store else {}
+    return servers(loaded), states, store
+
+
+def plan(loaded: LoadedSite, *, refresh: bool = False,
+         env: Mapping[str, str] | None = None) -> PlanReport:
+    """Per node: what `up` would do now, from the inventory against the state store."""
+    servers_, states, _ = _known(loaded)
+    blocked = blocked_racks(loaded)
+    views: dict[str, BmcView] = {}
+    if refresh:
+        views = _refresh(loaded, servers_, os.environ if env is None else env)
+    nodes: list[PlanNode] = []
+    for s in servers_:
+        st = states.get(s.hostname)
+        phase = st.phase if st else None
+        action: Action
+        if st is None:
+            action, steps = "add", _steps_from(Phase.ENROLLED)
+        elif st.phase is Phase.READY:
+            action, steps = "unchanged", []
+        elif st.phase is Phase.MAINTENANCE:
+            action, steps = "maintenance", []
+        elif st.phase is Phase.FAILED:
+            action, steps = "retry", _steps_from(st.failed_phase or Phase.ENROLLED)
+        else:
+            action, steps = "resume", _steps_from(st.phase)
+        start = (st.failed_phase if st and st.phase is Phase.FAILED else phase) or Phase.ENROLLED
+        reason = st.reason if st else None
+        if s.placement.rack in blocked and start in (Phase.ENROLLED, Phase.INSPECTED):
+            action, reason = "blocked", f"rack over budget: {blocked[s.placement.rack]}"
+        nodes.append(PlanNode(
+            hostname=s.hostname, rack=s.placement.rack, block=s.block.name, action=action,
+            phase=phase.value if phase else None,
+            failed_phase=st.failed_phase.value if st and st.failed_phase else None,
+            reason=reason, steps=steps, bmc=views.get(s.hostname)))
+    names = {s.hostname for s in servers_}
+    for host, st in sorted(states.items()):
+        if host not in names:
+            nodes.append(PlanNode(hostname=host, rack=None, block=None, action="unknown",
+                                  phase=st.phase.value, failed_phase=None,
+                                  reason="in the state store but no longer in the inventory",
+                                  steps=[], bmc=None))
+    summary: dict[Action, int] = {a: 0 for a in ("add", "resume", "retry", "unchanged",
+                                                   "blocked", "maintenance", "unknown")}
+    for n in nodes:
+        summary[n.action] += 1
+    racks = [RackGate(name=r.name, ok=r.name not in blocked, reason=blocked.get(r.name))
+             for r in loaded.site.racks]
+    return PlanReport(schema_=PLAN_SCHEMA, site=loaded.site.site.name,
+                      lab=bool(loaded.lab_hosts), state_path=str(state_path(loaded)),
+                      generated_at=_now(), summary=summary, nodes=nodes, racks=racks)
+
+
+def _refresh(loaded: LoadedSite, servers_: list[Server],
+             env: Mapping[str, str]) -> dict[str, BmcView]:
+    by_name = {s.hostname: s for s in servers_}
+    targets = bmc_mod.targets(loaded, env)
+    results = bmc_mod.run_many(targets, lambda d: d.hardware_facts(), bmc_mod.make_driver,
+                               node_timeout_s=60.0)
+    views = {}
+    for r in results:
+        if not r.ok or r.value is None or r.node not in by_name:
+            views[r.node] = BmcView(power=None, problems=[], notes=[], error=r.error)
+            continue
+        problems, notes = compare_facts(by_name[r.node], r.value)
+        views[r.node] = BmcView(power=r.value.power_state.value, problems=problems,
+                                notes=notes, error=None)
+    return views
+
+
+def status(loaded: LoadedSite) -> StatusReport:
+    """Every node's phase and failure, rack power in use, and the latest runs."""
+    servers_, states, store = _known(loaded)
+    rack_of = {s.hostname: s.placement.rack for s in servers_}
+    nodes = [StatusNode(hostname=h, rack=rack_of.get(h), in_inventory=h in rack_of,
+                        phase=st.phase.value,
+                        failed_phase=st.failed_phase.value if st.failed_phase else None,
+                        reason=st.reason, updated_at=_iso(st.updated_at))
+             for h, st in sorted(states.items())]
+    phases: dict[str, int] = {}
+    for st in states.values():
+        phases[st.phase.value] = phases.get(st.phase.value, 0) + 1
+    report = power.budget(loaded.site, loaded.catalog)
+    racks = []
+    for rb in report.racks:
+        powered_w = 0.0
+        for p in loaded.site.placements:
+            block = loaded.catalog.get(p.block)
+            if p.rack != rb.name or block is None:
+                continue
+            on = block.kind.value == "switch" or any(
+                h.hostname in states and states[h.hostname].phase in POWERED for h in p.nodes)
+            powered_w += block.max_power_w if on else 0.0
+        powered_va = powered_w / rb.power_factor
+        racks.append(RackPower(name=rb.name, usable_va=round(rb.usable_va, 1),
+                               nameplate_w=round(rb.load_w, 1), powered_w=round(powered_w, 1),
+                               powered_va=round(powered_va, 1),
+                               utilization=round(powered_va / rb.usable_va, 4)
+                               if rb.usable_va else 0.0))
+    runs = [RunView(id=r["id"], command=r["command"], started_at=_iso(r["started_at"]),
+                    ended_at=_iso(r["ended_at"]) if r["ended_at"] else None,
+                    status=r["status"], pid=r["pid"]) for r in (store.runs(10) if store else [])]
+    return StatusReport(schema_=STATUS_SCHEMA, site=loaded.site.site.name,
+                        lab=bool(loaded.lab_hosts), state_path=str(state_path(loaded)),
+                        generated_at=_now(), phases=phases, nodes=nodes, racks=racks,
+                        runs=runs)
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """The JSON Schemas documented in docs/up.md (kept equal by a test)."""
+    return {PLAN_SCHEMA: PlanReport.model_json_schema(by_alias=True),
+            STATUS_SCHEMA: StatusReport.model_json_schema(by_alias=True)}

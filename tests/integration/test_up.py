@@ -1,0 +1,244 @@
+"""`provision up` end to end on the example site in the local lab: real BMC emulators
+(sushy-tools, ipmi_sim), real SSH test hosts, the real rendered playbooks; then faults
+injected into the same lab, each on one node while the others go on."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provisioner import lab as lab_mod
+from provisioner.inventory import load
+from provisioner.state import StateStore
+from provisioner.workflows import report
+from provisioner.workflows.up import LAB_OS_NOTE, state_path
+from tests.conftest import EXAMPLE, ROOT
+from tests.integration.conftest import provision, requires_ipmi_sim
+
+pytestmark = [pytest.mark.integration, requires_ipmi_sim,
+              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("debootstrap") is None,
+                                 reason="SSH test hosts need root and debootstrap")]
+SERVERS = {"dgx01", "dgx02", "stor01", "cp01", "cp02", "cp03"}
+LIFECYCLE = ["inspected", "booting", "os_ready", "configured", "verified", "ready"]
+
+
+@pytest.fixture(scope="module")
+def site_lab(tmp_path_factory):
+    site = tmp_path_factory.mktemp("up") / "site"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    loaded = load(site)
+    state = lab_mod.up(loaded, ssh_hosts=True)
+    try:
+        yield site, state
+    finally:
+        lab_mod.down(loaded)
+
+
+def store_of(site: Path) -> StateStore:
+    return StateStore(state_path(load(site)))
+
+
+def reset_state(site: Path) -> None:
+    """Forget every node (a fresh site), keeping the lab running."""
+    db = state_path(load(site))
+    for suffix in ("", "-wal", "-shm", ".lock"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+
+
+def transitions(store: StateStore, run_id: int | None = None) -> list[tuple[str, str]]:
+    return [(e.hostname or "", e.to_phase or "") for e in store.events()
+            if e.kind == "transition" and (run_id is None or e.run_id == run_id)]
+
+
+def up_json(site: Path, *extra: str, timeout: float = 600) -> tuple[int, dict, str]:
+    proc = provision("up", str(site), "--json", *extra, timeout=timeout)
+    doc = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    return proc.returncode, doc, proc.stderr
+
+
+def test_end_to_end_every_node_ready_then_nothing_to_do(site_lab):
+    site, _ = site_lab
+    plan0 = provision("plan", str(site), "--json", check=True)
+    plan_doc = report.PlanReport.model_validate(json.loads(plan0.stdout))
+    assert {n.hostname for n in plan_doc.nodes if n.action == "add"} == SERVERS
+
+    proc = provision("up", str(site), "--no-progress", timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "6 of 6 ready, 0 failed" in proc.stdout
+    assert "OS install skipped" in proc.stderr and "join ran in check mode" in proc.stdout
+    assert "rendered project:" in proc.stdout and "playbook logs:" in proc.stdout
+
+    store = store_of(site)
+    assert {n.hostname: n.phase.value for n in store.nodes()} == dict.fromkeys(SERVERS,
+                                                                              "ready")
+    assert store.check_consistency() == []
+    for host in SERVERS:  # every phase once, in order
+        assert [p for h, p in transitions(store) if h == host] == LIFECYCLE, host
+        notes = [e.detail["note"] for e in store.events(host) if e.kind == "os_install_skipped"]
+        assert notes == [LAB_OS_NOTE]
+    # the verify step told apart what it checked and what the lab cannot show
+    ready = {e.hostname: e.detail for e in store.events() if e.to_phase == "verified"}
+    assert "Verify RoCE QoS as configured" in ready["dgx01"]["checks"]
+    assert any("no GPU" in n for n in ready["dgx01"]["not_verified"])
+    assert "not_verified" not in ready["stor01"]  # no GPU, no Kubernetes: all checked
+    # the BMC steps ran for real: the emulators report the nodes on
+    lab_state = lab_mod.status(load(site))
+    assert lab_state is not None
+    power = (Path(lab_state.endpoints["cp03"]["chassis_dir"]) / "power").read_text().strip()
+    assert power == "1"
+
+    before = len(store.events())
+    code, doc, _ = up_json(site)
+    assert code == 0 and doc["nothing_to_do"] is True
+    assert transitions(store, doc["run_id"]) == []
+    assert len(store.events()) == before + 2  # run_started, run_ended: nothing else
+    again = provision("up", str(site))
+    assert "nothing to do: all 6 nodes are ready" in again.stdout
+
+    status = report.StatusReport.model_validate(
+        json.loads(provision("status", str(site), "--json", check=True).stdout))
+    assert status.phases == {"ready": 6}
+    assert status.racks[0].powered_w > 0 and 0 < status.racks[0].utilization < 1
+    assert status.runs[0].status == "ok"
+    plan1 = report.PlanReport.model_validate(
+        json.loads(provision("plan", str(site), "--json", "--refresh", check=True).stdout))
+    assert plan1.summary["unchanged"] == 6
+    assert all(n.bmc is not None and n.bmc.power == "on" and not n.bmc.problems
+               for n in plan1.nodes)
+
+
+def _with_overlay(site: Path, edit) -> str:
+    overlay = site / ".provision" / "lab" / "overlay.yaml"
+    original = overlay.read_text()
+    doc = yaml.safe_load(original)
+    edit(doc)
+    overlay.write_text(yaml.safe_dump(doc))
+    return original
+
+
+def test_faults_fail_one_node_each_and_the_rest_reach_ready(site_lab, tmp_path):
+    """One run, three faults on three nodes: a wrong BMC password (cp01), an SSH host that
+    never answers (stor01), a playbook failure (dgx02: no Python). The other three reach
+    ready; once the faults are fixed the next run finishes the three from the phase each
+    failed in and redoes nothing else."""
+    site, lab_state = site_lab
+    reset_state(site)
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not-the-password\n")
+    wrong.chmod(0o600)
+
+    def wrong_password(doc):
+        doc["credentials"]["wrong"] = {"username": "admin", "password": {"file": str(wrong)}}
+        doc["bmc"]["cp01"]["credentials"] = "wrong"
+
+    overlay = site / ".provision" / "lab" / "overlay.yaml"
+    original = _with_overlay(site, wrong_password)
+    stor = next(h for h in lab_state.ssh_hosts if h.name == "stor01")
+    dgx02 = next(h for h in lab_state.ssh_hosts if h.name == "dgx02")
+    key = Path(dgx02.upper).parents[1] / "id_ed25519"
+    ssh = ["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o",
+           "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"root@{dgx02.address}"]
+    subprocess.run(["ip", "link", "set", stor.veth, "down"], check=True)
+    subprocess.run([*ssh, "mv /usr/bin/python3.11 /usr/bin/python3.11.off"], check=True,
+                   timeout=60)
+    password = (site / ".provision" / "lab" / "bmc-password").read_text().strip()
+    try:
+        code, doc, err = up_json(site, "--os-timeout", "4", "--playbook", "ping.yml")
+    finally:
+        overlay.write_text(original)
+        subprocess.run(["ip", "link", "set", stor.veth, "up"], check=True)
+        subprocess.run([*ssh, "mv /usr/bin/python3.11.off /usr/bin/python3.11"], check=True,
+                       timeout=60)
+    assert code == 9, err[-3000:]
+    nodes = {n["hostname"]: n for n in doc["nodes"]}
+    assert nodes["cp01"]["phase"] == "failed" and nodes["cp01"]["failed_phase"] == "enrolled"
+    assert "cp01: BMC refused the credentials" in nodes["cp01"]["reason"]
+    assert nodes["stor01"]["failed_phase"] == "booting"
+    assert "no SSH answer from 10.250.0.31:22 after 4 s" in nodes["stor01"]["reason"]
+    assert nodes["dgx02"]["failed_phase"] == "os_ready"
+    assert "failed at 'Answer over SSH with Python'" in nodes["dgx02"]["reason"]
+    for host in ("dgx01", "cp02", "cp03"):
+        assert nodes[host]["phase"] == "ready", nodes[host]
+    # secrets stay secret: neither password in anything the run printed or stored
+    text = json.dumps(doc) + err + "".join(json.dumps(e.detail) for e in
+                                           store_of(site).events())
+    assert password not in text and "not-the-password" not in text
+    status = report.StatusReport.model_validate(
+        json.loads(provision("status", str(site), "--json", check=True).stdout))
+    assert {n.hostname for n in status.nodes if n.phase == "failed"} == {"cp01", "stor01",
+                                                                        "dgx02"}
+    plan = report.PlanReport.model_validate(
+        json.loads(provision("plan", str(site), "--json", check=True).stdout))
+    assert plan.summary["retry"] == 3 and plan.summary["unchanged"] == 3
+    assert next(n for n in plan.nodes if n.hostname == "dgx02").steps == [
+        "configure", "verify", "ready"]
+
+    store = store_of(site)
+    done_before = set(transitions(store))
+    code, doc, err = up_json(site, "--playbook", "ping.yml")
+    assert code == 0, err[-3000:]
+    assert {n["hostname"]: n["phase"] for n in doc["nodes"]} == dict.fromkeys(SERVERS, "ready")
+    resumed = transitions(store, doc["run_id"])
+    assert {h for h, _ in resumed} == {"cp01", "stor01", "dgx02"}
+    # each failed node resumed at the phase it failed in (the retry), then went on
+    assert [p for h, p in resumed if h == "dgx02"] == ["os_ready", "configured", "verified",
+                                                       "ready"]
+    assert [p for h, p in resumed if h == "stor01"] == ["booting", "os_ready", "configured",
+                                                        "verified", "ready"]
+    retries = {("cp01", "enrolled"), ("stor01", "booting"), ("dgx02", "os_ready")}
+    assert [t for t in resumed if t in done_before and t not in retries] == []
+    assert store.check_consistency() == []
+
+
+def test_bmc_emulator_stopped_mid_run(site_lab):
+    """cp03's ipmi_sim is stopped (SIGSTOP) right after cp03 was inspected: its boot step
+    times out and cp03 fails with the reason; the rest reach ready; once the emulator runs
+    again, the next run completes cp03 from where it failed."""
+    site, lab_state = site_lab
+    reset_state(site)
+    sim = next(p for p in lab_state.processes if p.role == "ipmi:cp03")
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner", "up", str(site),
+                             "--json-events", "--playbook", "ping.yml",
+                             "--request-timeout", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    stopped = False
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            ev = json.loads(line) if line.startswith('{"schema": "provisioner.up-event') else {}
+            if ev.get("node") == "cp03" and ev.get("step") == "inspect" and \
+                    ev.get("status") == "ok" and not stopped:
+                os.kill(sim.pid, signal.SIGSTOP)
+                stopped = True
+        proc.wait(timeout=600)
+    finally:
+        if stopped:
+            os.kill(sim.pid, signal.SIGCONT)
+    assert stopped, "".join(lines)[-2000:]
+    assert proc.returncode == 9
+    result = json.loads("".join(ln for ln in lines
+                                if not ln.startswith('{"schema": "provisioner.up-event')))
+    nodes = {n["hostname"]: n for n in result["nodes"]}
+    assert nodes["cp03"]["phase"] == "failed" and nodes["cp03"]["failed_phase"] == "inspected"
+    assert "cp03" in nodes["cp03"]["reason"]
+    assert all(nodes[h]["phase"] == "ready" for h in SERVERS - {"cp03"})
+
+    time.sleep(0.5)
+    code, doc, err = up_json(site, "--playbook", "ping.yml")
+    assert code == 0, err[-2000:]
+    store = store_of(site)
+    resumed = transitions(store, doc["run_id"])
+    assert [p for h, p in resumed if h == "cp03"] == ["inspected", "booting", "os_ready",
+                                                      "configured", "verified", "ready"]
+    assert {h for h, _ in resumed} == {"cp03"}
