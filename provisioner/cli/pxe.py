@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from ipaddress import IPv4Address
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 import typer
 
+from provisioner import boot
 from provisioner.cli.common import SiteArg, console, handle_errors, resolve_site
 from provisioner.errors import ConfigError
 from provisioner.inventory import load
@@ -17,21 +21,20 @@ app = typer.Typer(help="Network boot (PXE/iPXE) and unattended OS install data."
                   no_args_is_help=True)
 
 
-@app.command("render")
-@handle_errors
-def render(site: SiteArg = None,
-           out: Annotated[Path | None, typer.Option("--out", "-o", help="Directory to write. "
-                                                    "Default: .provision/pxe next to the site.")]
-           = None,
-           server: Annotated[str | None, typer.Option(
-               "--server", help="This machine's address on the boot network (default: the "
-               "network's gateway).")] = None,
-           interface: Annotated[str, typer.Option(help="Interface dnsmasq serves on.")]
-           = "eth0",
-           ssh_key: Annotated[Path | None, typer.Option(
-               "--ssh-key", help="Public key installed nodes accept (the tool's).")] = None,
-           ) -> None:
-    """Render dnsmasq.conf (DHCP by MAC, TFTP, iPXE), iPXE scripts and autoinstall data."""
+OutOpt = Annotated[Path | None, typer.Option(
+    "--out", "-o", help="Directory to write. Default: .provision/pxe next to the site.")]
+ServerOpt = Annotated[str | None, typer.Option(
+    "--server", help="This machine's address on the boot network (default: the network's "
+    "gateway).")]
+InterfaceOpt = Annotated[str, typer.Option(help="Interface dnsmasq serves on.")]
+SshKeyOpt = Annotated[Path | None, typer.Option(
+    "--ssh-key", help="Public key installed nodes accept (the tool's).")]
+HttpPortOpt = Annotated[int, typer.Option("--http-port", min=1, max=65535,
+                                          help="Port of the HTTP server for iPXE scripts.")]
+
+
+def _render(site: Path | None, out: Path | None, server: str | None, interface: str,
+            ssh_key: Path | None, http_port: int) -> tuple[Path, IPv4Address]:
     loaded = load(resolve_site(site))
     net = pxe_mod.provisioning_network(loaded)
     address = server or (str(net.gateway) if net.gateway else None)
@@ -41,9 +44,57 @@ def render(site: SiteArg = None,
     key = ssh_key.read_text().strip() if ssh_key else ""
     target = out or loaded.base_dir / ".provision" / "pxe"
     written, missing = pxe_mod.render_pxe(loaded, target, server=IPv4Address(address),
-                                          interface=interface, ssh_public_key=key)
+                                          interface=interface, ssh_public_key=key,
+                                          http_port=http_port)
     con = console()
     con.info(f"rendered {len(written)} files to {target} (boot network {net.name} {net.cidr})")
     if missing:
         con.info("not network-bootable (no MAC or address on that network): "
                  + ", ".join(missing))
+    return target, IPv4Address(address)
+
+
+@app.command("render")
+@handle_errors
+def render(site: SiteArg = None, out: OutOpt = None, server: ServerOpt = None,
+           interface: InterfaceOpt = "eth0", ssh_key: SshKeyOpt = None,
+           http_port: HttpPortOpt = 8080) -> None:
+    """Render dnsmasq.conf (DHCP by MAC, TFTP, iPXE), iPXE scripts and autoinstall data."""
+    _render(site, out, server, interface, ssh_key, http_port)
+
+
+@app.command("serve")
+@handle_errors
+def serve(site: SiteArg = None, out: OutOpt = None, server: ServerOpt = None,
+          interface: InterfaceOpt = "eth0", ssh_key: SshKeyOpt = None,
+          http_port: HttpPortOpt = 8080,
+          dhcp: Annotated[bool, typer.Option(help="Run dnsmasq (DHCP + TFTP); --no-dhcp "
+                                             "serves HTTP only, beside an existing DHCP.")]
+          = True) -> None:
+    """Render, then run dnsmasq and the HTTP server for the boot files until Ctrl-C."""
+    root, address = _render(site, out, server, interface, ssh_key, http_port)
+    con = console()
+    done = threading.Event()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    running = boot.serve(root, address, http_port, dhcp=dhcp, log=con.info)
+    try:
+        con.info(f"serving boot files at {running.url}/ipxe/ and {running.url}/autoinstall/"
+                 + (f"; dnsmasq pid {running.dnsmasq.pid} on {interface} (log: "
+                    f"{root / 'dnsmasq.log'})" if running.dnsmasq else "; DHCP not served"))
+        if running.missing_loaders:
+            con.info("TFTP has no " + " or ".join(running.missing_loaders) + ": firmware "
+                     "without iPXE cannot boot (apt-get install ipxe, or copy them to "
+                     f"{root / 'tftp'})")
+        while not done.wait(0.5):
+            if running.dnsmasq is not None and running.dnsmasq.poll() is not None:
+                raise ConfigError(f"dnsmasq exited ({running.dnsmasq.returncode})",
+                                  hint=f"see {root / 'dnsmasq.log'}")
+    finally:
+        running.stop()
+        for s, h in previous.items():
+            signal.signal(s, h)
+    con.info("stopped")

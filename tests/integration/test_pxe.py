@@ -3,9 +3,14 @@ autoinstall data parsed back."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from ipaddress import IPv4Address
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,7 +18,7 @@ import yaml
 from provisioner.errors import RenderError
 from provisioner.inventory import load
 from provisioner.render import pxe
-from tests.conftest import EXAMPLE
+from tests.conftest import EXAMPLE, ROOT
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(shutil.which("dnsmasq") is None,
@@ -69,3 +74,90 @@ def test_refuses_a_private_key_and_an_outside_server(tmp_path):
                        ssh_public_key="-----BEGIN OPENSSH PRIVATE KEY-----")
     with pytest.raises(RenderError, match="outside"):
         pxe.render_pxe(load(EXAMPLE), tmp_path, server=IPv4Address("192.0.2.1"))
+
+
+# ---------------------------------------------------------------- pxe serve, for real
+
+CLIENT = r"""
+import socket, struct, sys, urllib.request, urllib.error
+mac = bytes.fromhex(sys.argv[1].replace(":", ""))
+pkt = struct.pack("!BBBBIHH4s4s4s4s16s64s128sI", 1, 1, 6, 0, 0x1234ABCD, 0, 0x8000,
+                  b"\0" * 4, b"\0" * 4, b"\0" * 4, b"\0" * 4, mac.ljust(16, b"\0"),
+                  b"\0" * 64, b"\0" * 128, 0x63825363) + bytes([53, 1, 1, 255])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 68))
+s.settimeout(3)
+offer = None
+for _ in range(5):
+    s.sendto(pkt, ("255.255.255.255", 67))
+    try:
+        data, _ = s.recvfrom(2048)
+    except socket.timeout:
+        continue
+    if data[4:8] == pkt[4:8]:
+        offer = socket.inet_ntoa(data[16:20])
+        break
+print("offer", offer)
+for path in ("/ipxe/dgx01.ipxe", "/dnsmasq.conf"):
+    try:
+        with urllib.request.urlopen("http://10.250.0.1:8080" + path, timeout=5) as r:
+            print("http", path, r.status, r.read().decode().splitlines()[0])
+    except urllib.error.HTTPError as e:
+        print("http", path, e.code)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_pxe_serve_answers_dhcp_by_mac_and_serves_ipxe(tmp_path):
+    """`provision pxe serve` in a namespace of its own; a second namespace plays the node
+    with dgx01's MAC: dnsmasq offers dgx01's reserved address, the HTTP server hands out
+    its iPXE script and nothing outside the boot files."""
+    tag = f"{os.getpid() % 10000:04d}"
+    srv, cli = f"pvxs{tag}", f"pvxc{tag}"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, timeout=30)
+
+    ip("netns", "add", srv)
+    ip("netns", "add", cli)
+    serve = None
+    try:
+        ip("-n", srv, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0",
+           "netns", cli)
+        ip("-n", cli, "link", "set", "eth0", "address", "52:54:00:00:00:21")
+        ip("-n", srv, "addr", "add", "10.250.0.1/24", "dev", "eth0")
+        ip("-n", cli, "addr", "add", "10.250.0.200/24", "dev", "eth0")
+        for ns in (srv, cli):
+            ip("-n", ns, "link", "set", "eth0", "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+        ip("-n", cli, "route", "add", "default", "dev", "eth0")  # for the DHCP broadcast
+        serve = subprocess.Popen(
+            ["ip", "netns", "exec", srv, sys.executable, "-m", "provisioner", "pxe", "serve",
+             str(EXAMPLE), "--out", str(tmp_path / "pxe"), "--server", "10.250.0.1",
+             "--interface", "eth0", "--http-port", "8080"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 30
+        log = tmp_path / "pxe" / "dnsmasq.log"
+        while time.monotonic() < deadline and not (log.exists() and "DHCP" in log.read_text()):
+            assert serve.poll() is None, serve.stdout.read() if serve.stdout else ""
+            time.sleep(0.1)
+        proc = subprocess.run(["ip", "netns", "exec", cli, sys.executable, "-c", CLIENT,
+                               "52:54:00:00:00:21"], capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert "offer 10.250.0.21" in proc.stdout, proc.stdout + proc.stderr + log.read_text()
+        assert "http /ipxe/dgx01.ipxe 200 #!ipxe" in proc.stdout
+        assert "http /dnsmasq.conf 404" in proc.stdout
+        pid = int((tmp_path / "pxe" / "dnsmasq.pid").read_text())
+        serve.send_signal(signal.SIGTERM)
+        out, _ = serve.communicate(timeout=30)
+        assert serve.returncode == 0, out
+        assert "serving boot files at http://10.250.0.1:8080/ipxe/" in out and "stopped" in out
+        assert not Path(f"/proc/{pid}").exists()  # dnsmasq stopped with it
+    finally:
+        if serve is not None and serve.poll() is None:
+            serve.kill()
+            serve.wait(timeout=10)
+        subprocess.run(["ip", "netns", "del", srv], check=False, timeout=30)
+        subprocess.run(["ip", "netns", "del", cli], check=False, timeout=30)

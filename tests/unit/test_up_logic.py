@@ -1,0 +1,245 @@
+"""The up workflow's decisions with fake BMC drivers (no network): facts against the
+declared block, the rack budget gate, virtual media, waves, plan and status reports and
+their documented schemas."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from provisioner.bmc.base import (
+    BmcTarget,
+    BootDevice,
+    BootMode,
+    BootSetting,
+    Gpu,
+    HardwareFacts,
+    NicFact,
+    PowerAction,
+    PowerState,
+)
+from provisioner.errors import InventoryError
+from provisioner.inventory import load
+from provisioner.state import Phase, StateStore
+from provisioner.workflows import report
+from provisioner.workflows import up as up_mod
+from tests.conftest import EXAMPLE, FIXTURES, ROOT
+
+
+def server(name: str = "dgx01") -> up_mod.Server:
+    return next(s for s in up_mod.servers(load(EXAMPLE)) if s.hostname == name)
+
+
+def test_facts_that_match_the_block_pass_and_missing_ones_are_notes():
+    s = server("dgx01")
+    facts = HardwareFacts(gpus=(Gpu("H100", 8),),
+                          nics=(NicFact("eth0", "52:54:00:00:00:21"),))
+    assert up_mod.compare_facts(s, facts) == ([], [])
+    problems, notes = up_mod.compare_facts(s, HardwareFacts())
+    assert problems == []
+    assert notes == ["the BMC reports no GPU inventory; GPUs are counted at verify",
+                     "the BMC reports no NIC MACs; the declared MACs are not checked"]
+
+
+def test_a_dgx_h100_slot_reporting_4_gpus_or_other_macs_is_a_problem():
+    s = server("dgx01")
+    facts = HardwareFacts(gpus=(Gpu("H100", 4),), nics=(NicFact("eth0", "52:54:00:00:00:99"),))
+    problems, _ = up_mod.compare_facts(s, facts)
+    assert problems[0] == "the BMC reports 4 GPU(s); block dgx-h100 has 8"
+    assert problems[1].startswith("MAC 52:54:00:00:00:21 (mgmt) is not among the BMC's NICs")
+    cp = server("cp01")  # no GPUs declared: reported GPUs are a mismatch too
+    assert up_mod.compare_facts(cp, HardwareFacts(gpus=(Gpu("L40S", 2),)))[0] == [
+        "the BMC reports 2 GPU(s); block hci-2u4n has 0"]
+
+
+def test_waves_put_control_planes_first_and_respect_the_size():
+    hosts = ["dgx01", "dgx02", "cp01", "stor01", "cp02"]
+    assert up_mod.waves(hosts, 2, first=["cp01", "cp02"]) == [
+        ["cp01", "cp02"], ["dgx01", "dgx02"], ["stor01"]]
+    assert up_mod.waves(hosts, 20) == [hosts]
+
+
+class FakeDriver:
+    """Records what the workflow asked of a BMC; answers like a healthy one."""
+
+    calls: dict[str, list[str]] = {}
+    gpus: dict[str, int] = {}
+
+    def __init__(self, target: BmcTarget) -> None:
+        self.target = target
+        self.power = PowerState.OFF
+        self.log = FakeDriver.calls.setdefault(target.node, [])
+
+    def validate(self) -> None: ...
+
+    def get_power_state(self) -> PowerState:
+        return self.power
+
+    def set_power(self, action: PowerAction, timeout_s: float) -> PowerState:
+        self.log.append(f"power {action.value}")
+        self.power = PowerState.ON if action is PowerAction.ON else PowerState.OFF
+        return self.power
+
+    def set_boot_device(self, device: BootDevice, *, persistent: bool = False,
+                        mode: BootMode = BootMode.UEFI) -> BootSetting:
+        self.log.append(f"boot {device.value} {'persistent' if persistent else 'once'}")
+        return BootSetting(device, persistent, mode)
+
+    def get_boot_device(self) -> BootSetting:
+        return BootSetting(BootDevice.NONE)
+
+    def hardware_facts(self) -> HardwareFacts:
+        self.log.append("facts")
+        n = FakeDriver.gpus.get(self.target.node, 0)
+        return HardwareFacts(gpus=(Gpu("H100", n),) if n else ())
+
+    def power_reading_w(self) -> float | None:
+        return None
+
+    def insert_virtual_media(self, image_url: str) -> None:
+        self.log.append(f"media {image_url}")
+
+    def eject_virtual_media(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@pytest.fixture
+def example_copy(tmp_path: Path) -> Path:
+    dest = tmp_path / "site"
+    shutil.copytree(EXAMPLE, dest, ignore=shutil.ignore_patterns(".provision"))
+    return dest
+
+
+def run_up(site: Path, **opts) -> tuple[up_mod.UpResult, list[up_mod.Progress]]:
+    FakeDriver.calls = {}
+    seen: list[up_mod.Progress] = []
+    lock = threading.Lock()
+
+    def progress(p: up_mod.Progress) -> None:
+        with lock:
+            seen.append(p)
+
+    result = up_mod.up(load(site), {"PROVISION_BMC_PASSWORD": "x"},
+                       up_mod.UpOptions(os_timeout_s=0.2, **opts), progress=progress,
+                       make_driver=FakeDriver)
+    return result, seen
+
+
+def test_inspection_mismatch_stops_that_node_and_the_others_boot(example_copy):
+    FakeDriver.gpus = {"dgx01": 8, "dgx02": 4}
+    result, seen = run_up(example_copy)
+    by = {n.hostname: n for n in result.nodes}
+    assert by["dgx02"].failed_phase is Phase.ENROLLED
+    assert "the BMC reports 4 GPU(s); block dgx-h100 has 8" in (by["dgx02"].reason or "")
+    assert "power on" not in FakeDriver.calls["dgx02"]  # never powered on
+    # the rest went through inspect and boot (PXE once, power on); no SSH answers at the
+    # documentation addresses, so they fail at wait_os with the timeout as the reason
+    assert FakeDriver.calls["dgx01"] == ["facts", "boot pxe once", "power on"]
+    for host in ("dgx01", "cp01", "cp03", "stor01"):
+        assert by[host].failed_phase is Phase.BOOTING, by[host]
+        assert "no SSH answer from" in (by[host].reason or "")
+    assert not result.lab and result.failed and not result.interrupted
+    assert ("dgx02", "inspect", "failed") in {(p.node, p.step, p.status) for p in seen}
+
+    # next run: failed nodes retried from the phase they failed in; dgx02 inspected again
+    FakeDriver.gpus = {"dgx02": 8}
+    result, _ = run_up(example_copy)
+    assert FakeDriver.calls["dgx02"][:3] == ["facts", "boot pxe once", "power on"]
+    assert "dgx01" not in FakeDriver.calls  # dgx01 was booting: only SSH is awaited again
+    store = StateStore(result.state_path)
+    retries = [e for e in store.events("dgx01") if e.detail.get("retry")]
+    assert [e.to_phase for e in retries] == ["booting"]
+    assert store.check_consistency() == []
+
+
+def test_virtual_media_boot_mounts_the_iso_then_boots_from_cd(example_copy):
+    site = example_copy / "site.yaml"
+    site.write_text(site.read_text() + "\nprovisioning:\n  boot: virtual_media\n"
+                    "  iso_url: http://mirror.example/ubuntu-22.04-live-server-amd64.iso\n")
+    FakeDriver.gpus = {}
+    run_up(example_copy, limit="cp01")
+    assert FakeDriver.calls == {"cp01": [
+        "facts", "media http://mirror.example/ubuntu-22.04-live-server-amd64.iso",
+        "boot cd once", "power on"]}
+
+
+def test_virtual_media_without_an_iso_is_an_inventory_error(write_site):
+    text = (FIXTURES / "valid_small.yaml").read_text()
+    path = write_site(text.replace("hostname: gpu01",
+                                   "hostname: gpu01\n        boot: virtual_media", 1))
+    loaded = load(path)
+    codes = {f.code for f in up_mod.checks.check(loaded)}
+    assert "no-iso-url" in codes
+    with pytest.raises(InventoryError):
+        up_mod.up(loaded, {}, make_driver=FakeDriver)
+
+
+def test_a_rack_over_its_power_budget_is_never_powered_on(tmp_path):
+    site = tmp_path / "site.yaml"
+    shutil.copy(FIXTURES / "invalid" / "over_power_budget.yaml", site)
+    FakeDriver.calls = {}
+    result = up_mod.up(load(site), {"BMC_PW": "x"}, up_mod.UpOptions(os_timeout_s=0.2),
+                       make_driver=FakeDriver)
+    assert FakeDriver.calls == {}  # no BMC was touched
+    assert all(n.failed_phase is Phase.ENROLLED and "over budget" in (n.reason or "")
+               for n in result.nodes)
+    plan = report.plan(load(site))
+    assert {n.action for n in plan.nodes} == {"blocked"}
+    assert plan.racks[0].ok is False and "feed" in (plan.racks[0].reason or "").lower()
+
+
+def test_plan_and_status_from_the_state_store(example_copy):
+    loaded = load(example_copy)
+    plan = report.plan(loaded)
+    assert plan.summary["add"] == 6 and plan.nodes[0].steps == list(up_mod.STEPS)
+    store = StateStore(up_mod.state_path(loaded))
+    store.enroll(["dgx01", "dgx02", "cp01", "gone01"])
+    for p in (Phase.INSPECTED, Phase.BOOTING, Phase.OS_READY, Phase.CONFIGURED,
+              Phase.VERIFIED, Phase.READY):
+        store.transition("dgx01", p)
+    store.transition("dgx02", Phase.INSPECTED)
+    store.transition("dgx02", Phase.BOOTING)
+    store.transition("cp01", Phase.FAILED, reason="cp01: BMC refused the credentials")
+    plan = report.plan(loaded)
+    actions = {n.hostname: (n.action, n.steps) for n in plan.nodes}
+    assert actions["dgx01"] == ("unchanged", [])
+    assert actions["dgx02"] == ("resume", ["wait_os", "configure", "verify", "ready"])
+    assert actions["cp01"] == ("retry", list(up_mod.STEPS))
+    assert actions["cp02"] == ("add", list(up_mod.STEPS))
+    assert actions["gone01"] == ("unknown", [])
+    assert plan.summary == {"add": 3, "resume": 1, "retry": 1, "unchanged": 1, "blocked": 0,
+                            "maintenance": 0, "unknown": 1}
+
+    status = report.status(loaded)
+    phases = {n.hostname: n.phase for n in status.nodes}
+    assert phases == {"dgx01": "ready", "dgx02": "booting", "cp01": "failed",
+                      "gone01": "enrolled"}
+    assert next(n for n in status.nodes if n.hostname == "gone01").in_inventory is False
+    # powered: two DGX H100 (booting, ready) and the two switches, nothing else
+    dgx = loaded.catalog["dgx-h100"].max_power_w
+    switches = loaded.catalog["sn5600"].max_power_w + loaded.catalog["mgmt-switch-1g"].max_power_w
+    assert status.racks[0].powered_w == pytest.approx(2 * dgx + switches, abs=0.1)
+    doc = report.dump(status)
+    assert doc["schema"] == "provisioner.status/v1"
+    assert report.StatusReport.model_validate(doc) == status
+    assert report.dump(plan)["schema"] == "provisioner.plan/v1"
+
+
+def test_the_documented_schemas_are_the_code_s():
+    text = (ROOT / "docs" / "up.md").read_text()
+    blocks = re.findall(r"<!-- schema: (\S+) -->\n```json\n(.*?)\n```", text, re.S)
+    documented = {name: json.loads(body) for name, body in blocks}
+    assert documented == report.json_schemas()
+
+
+def test_plan_json_rejects_unknown_fields():
+    plan = report.dump(report.plan(load(EXAMPLE)))
+    plan["surprise"] = 1
+    with pytest.raises(ValueError, match="surprise"):
+        report.PlanReport.model_validate(plan)
