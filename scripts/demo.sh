@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The main job on the embedded default site (inventories/example), in the local lab:
 # validate it, show the rack power and cooling report, start real BMC emulators and an SSH
-# test host for every node, bring the nodes up through their BMCs (PXE once, power on),
-# then render the Ansible project and run it against the hosts. Bootstraps first. The
-# first run builds the test hosts' Debian image (a few minutes); later runs reuse it.
+# test host for every node, then `provision up`: every server from power-off to ready
+# (budget gate, inspect through the BMC, one-time PXE + power on, wait for SSH, the
+# rendered playbooks, verify), then `provision status`. Bootstraps first. The first run
+# builds the test hosts' Debian image (a few minutes); later runs reuse it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
@@ -14,9 +15,8 @@ provision power "$SITE"
 provision lab down "$SITE" >/dev/null 2>&1 || true   # a lab left over from an earlier run
 provision lab up "$SITE" --ssh-hosts
 trap 'provision lab down "$SITE"' EXIT
-provision bmc status "$SITE"
-provision bmc pxe "$SITE"
-provision bmc on "$SITE"
-provision bmc inventory "$SITE"
-provision run "$SITE" --lab
-echo "rendered Ansible project and run logs: $SITE/.provision/ansible"
+provision plan "$SITE"
+provision up "$SITE"
+provision up "$SITE"        # again: nothing to do, and it says so
+provision status "$SITE"
+echo "rendered Ansible project and playbook logs: $SITE/.provision/lab/ansible"
