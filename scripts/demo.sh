@@ -13,7 +13,7 @@ SITE=inventories/example
 provision validate "$SITE"
 provision power "$SITE"
 provision lab down "$SITE" >/dev/null 2>&1 || true   # a lab left over from an earlier run
-provision lab up "$SITE" --ssh-hosts
+provision lab up "$SITE"
 trap 'provision lab down "$SITE"' EXIT
 provision plan "$SITE"
 provision up "$SITE"

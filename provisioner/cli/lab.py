@@ -22,11 +22,13 @@ def up(site: SiteArg = None,
            "--latency-ms", min=0, max=10_000,
            help="Delay every request to a BMC, as real BMCs are slow.")] = 0,
        ssh_hosts: Annotated[bool, typer.Option(
-           "--ssh-hosts", help="Also start an SSH test host per server (network namespace, "
-           "sshd, copy-on-write Debian root; needs root; builds the image on first use).")]
-       = False,
+           "--ssh-hosts/--no-ssh-hosts", help="Also start an SSH test host per server "
+           "(network namespace, sshd, copy-on-write Debian root; needs root; builds the "
+           "image on first use), so the lab is a whole site for `provision up`.")]
+       = True,
        json_out: JsonOpt = False) -> None:
-    """Start an emulated BMC for every node and point the inventory at them."""
+    """Start an emulated BMC and an SSH test host for every node; point the inventory at
+    them."""
     loaded = load(resolve_site(site))
     state = lab_mod.up(loaded, latency_ms=latency_ms, ssh_hosts=ssh_hosts)
     out = console(json_out)

@@ -6,7 +6,10 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +37,20 @@ def lab(site_copy: Path):
     lab_mod.up(loaded)
     try:
         yield load(site_copy)
+    finally:
+        lab_mod.down(loaded)
+
+
+@contextmanager
+def ssh_lab(tmp_path_factory: Any, source: Path, name: str) -> Iterator[tuple[Path, Any]]:
+    """A private copy of a site with its lab running, SSH test hosts included; stopped
+    (exactly the processes it started) on the way out."""
+    site = tmp_path_factory.mktemp(name) / "site"
+    shutil.copytree(source, site, ignore=shutil.ignore_patterns(".provision"))
+    loaded = load(site)
+    state = lab_mod.up(loaded, ssh_hosts=True)
+    try:
+        yield site, state
     finally:
         lab_mod.down(loaded)
 

@@ -161,9 +161,9 @@ def test_lab_down_stops_exactly_its_own_processes(site_copy):
 
 def test_lab_refuses_a_second_start_and_status_without_lab(site_copy):
     assert provision("lab", "status", str(site_copy)).returncode == 2
-    provision("lab", "up", str(site_copy), check=True)
+    provision("lab", "up", str(site_copy), "--no-ssh-hosts", check=True)
     try:
-        again = provision("lab", "up", str(site_copy))
+        again = provision("lab", "up", str(site_copy), "--no-ssh-hosts")
         assert again.returncode == 2 and "already running" in again.stderr
     finally:
         provision("lab", "down", str(site_copy), check=True)
@@ -172,7 +172,7 @@ def test_lab_refuses_a_second_start_and_status_without_lab(site_copy):
 def test_readme_acceptance_sequence(site_copy):
     """lab up && bmc status && bmc on && lab down, through the real CLI."""
     s = str(site_copy)
-    up = provision("lab", "up", s)
+    up = provision("lab", "up", s, "--no-ssh-hosts")
     try:
         assert up.returncode == 0, up.stderr
         st = provision("bmc", "status", s, "--json")

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import lab as lab_mod
 from provisioner import render, runner
 from provisioner.inventory import load
 from tests.conftest import EXAMPLE
-from tests.integration.conftest import provision, requires_ipmi_sim
+from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
 
 pytestmark = [pytest.mark.integration, requires_ipmi_sim,
               pytest.mark.skipif(os.geteuid() != 0 or shutil.which("debootstrap") is None,
@@ -28,14 +27,8 @@ pytestmark = [pytest.mark.integration, requires_ipmi_sim,
 
 @pytest.fixture(scope="module")
 def site_lab(tmp_path_factory):
-    site = tmp_path_factory.mktemp("ssh") / "site"
-    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
-    loaded = load(site)
-    state = lab_mod.up(loaded, ssh_hosts=True)
-    try:
-        yield site, state
-    finally:
-        lab_mod.down(loaded)
+    with ssh_lab(tmp_path_factory, EXAMPLE, "ssh") as lab:
+        yield lab
 
 
 def upper(state, host: str) -> Path:

@@ -22,7 +22,7 @@ from provisioner.state import StateStore
 from provisioner.workflows import report
 from provisioner.workflows.up import LAB_OS_NOTE, state_path
 from tests.conftest import EXAMPLE, ROOT
-from tests.integration.conftest import provision, requires_ipmi_sim
+from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
 
 pytestmark = [pytest.mark.integration, requires_ipmi_sim,
               pytest.mark.skipif(os.geteuid() != 0 or shutil.which("debootstrap") is None,
@@ -35,14 +35,8 @@ LIFECYCLE = ["inspected", "booting", "os_ready", "configured", "verified", "read
 
 @pytest.fixture(scope="module")
 def site_lab(tmp_path_factory):
-    site = tmp_path_factory.mktemp("up") / "site"
-    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
-    loaded = load(site)
-    state = lab_mod.up(loaded, ssh_hosts=True)
-    try:
-        yield site, state
-    finally:
-        lab_mod.down(loaded)
+    with ssh_lab(tmp_path_factory, EXAMPLE, "up") as lab:
+        yield lab
 
 
 def store_of(site: Path) -> StateStore:
@@ -116,6 +110,13 @@ def test_end_to_end_every_node_ready_then_nothing_to_do(site_lab):
     assert plan1.summary["unchanged"] == 6
     assert all(n.bmc is not None and n.bmc.power == "on" and not n.bmc.problems
                for n in plan1.nodes)
+
+    # --from-phase with --limit: only cp01 goes back to os_ready and runs on from there
+    code, doc, err = up_json(site, "--limit", "cp01", "--from-phase", "os_ready", *TRIVIAL)
+    assert code == 0, err[-2000:]
+    assert [n["hostname"] for n in doc["nodes"]] == ["cp01"]
+    assert transitions(store, doc["run_id"]) == [
+        ("cp01", "os_ready"), ("cp01", "configured"), ("cp01", "verified"), ("cp01", "ready")]
 
 
 def _with_overlay(site: Path, edit) -> str:

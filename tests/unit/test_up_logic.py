@@ -243,3 +243,50 @@ def test_plan_json_rejects_unknown_fields():
     plan["surprise"] = 1
     with pytest.raises(ValueError, match="surprise"):
         report.PlanReport.model_validate(plan)
+
+
+def _feed(show) -> None:
+    show(up_mod.Progress("dgx01", "boot", "start"))
+    show(up_mod.Progress("dgx01", "configure", "task", "ok: Write the RoCE QoS settings"))
+    show(up_mod.Progress("dgx02", "configure", "task", "failed: Install the driver - boom"))
+    show(up_mod.Progress("dgx02", "configure", "failed", "failed at 'Install the driver'"))
+
+
+def test_up_progress_plain_lines_skip_routine_tasks(capsys):
+    from provisioner.console import Console
+
+    con = Console()
+    with con.up_progress(["dgx01", "dgx02"], live=False) as show:
+        _feed(show)
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["dgx01: boot start",
+                   "dgx02: configure task: failed: Install the driver - boom",
+                   "dgx02: configure failed: failed at 'Install the driver'"]
+
+
+def test_up_progress_json_events_are_one_object_per_line(capsys):
+    from provisioner.console import Console
+
+    with Console(json_mode=True).up_progress(["dgx01"], json_events=True) as show:
+        _feed(show)
+    lines = capsys.readouterr().out.splitlines()
+    events = [json.loads(line) for line in lines]
+    assert [e["status"] for e in events] == ["start", "task", "task", "failed"]
+    assert all(e["schema"] == "provisioner.up-event/v1" and e["at"] > 0 for e in events)
+
+
+def test_up_progress_live_table_shows_each_node_state():
+    import io
+
+    from rich.console import Console as RichConsole
+
+    from provisioner.console import Console
+
+    con = Console()
+    buf = io.StringIO()
+    con.err = RichConsole(file=buf, force_terminal=True, width=160, no_color=True)
+    with con.up_progress(["dgx01", "dgx02"], live=True) as show:
+        _feed(show)
+    text = buf.getvalue()
+    assert "provision up" in text and "Write the RoCE QoS settings" in text
+    assert "failed at 'Install the driver'" in text
