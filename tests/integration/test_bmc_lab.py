@@ -210,3 +210,45 @@ def test_latency_proxy_delays_every_request(site_copy):
             driver.close()
     finally:
         lab_mod.down(loaded)
+
+
+def test_up_boots_from_virtual_media_on_the_redfish_emulator(site_copy, tmp_path):
+    """`up` with provisioning.boot virtual_media: sushy-tools fetches the ISO from our HTTP
+    server, reports it inserted, the boot override is CD, and the node is on."""
+    import http.server
+    from functools import partial
+
+    from provisioner.workflows import up as up_mod
+
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "installer.iso").write_bytes(b"\0" * 4096)
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "www"))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/installer.iso"
+    site = site_copy / "site.yaml"
+    site.write_text(site.read_text()
+                    + f"\nprovisioning: {{boot: virtual_media, iso_url: '{url}'}}\n")
+    lab_mod.up(load(site_copy))
+    try:
+        loaded = load(site_copy)
+        result = up_mod.up(loaded, {}, up_mod.UpOptions(limit="cp01", os_timeout_s=1))
+        node = result.nodes[0]
+        # the BMC steps succeeded; no SSH host in this lab, so the OS wait times out
+        assert node.failed_phase is up_mod.Phase.BOOTING, node
+        target = bmc.targets(loaded, {}, "cp01")[0]
+        driver = bmc.make_driver(target)
+        try:
+            media = driver._cd_media()  # read back what the emulator holds
+            assert media.get("Inserted") is True and media.get("Image") == url
+            boot = driver.get_boot_device()
+            # (sushy-tools ignores BootSourceOverrideEnabled and always reports Continuous,
+            # so once-vs-persistent cannot be read back from it; the fake-driver unit test
+            # checks the workflow asks for once)
+            assert boot.device is BootDevice.CD
+            assert driver.get_power_state() is PowerState.ON
+        finally:
+            driver.close()
+    finally:
+        lab_mod.down(load(site_copy))
+        httpd.shutdown()
