@@ -308,7 +308,7 @@ class _Up:
             here = st.failed_phase if st.phase is Phase.FAILED else st.phase
             if here is None or here is Phase.MAINTENANCE:
                 continue
-            if LIFECYCLE.index(here) > rank or st.phase is Phase.FAILED:
+            if LIFECYCLE.index(here) > rank:  # never forward: a node not yet there runs on
                 self.store.transition(host, target, run_id=self.run_id,
                                       detail={"from_phase": target.value, "rewind": True})
 

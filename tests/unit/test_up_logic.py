@@ -109,6 +109,12 @@ class FakeDriver:
     def close(self) -> None: ...
 
 
+@pytest.fixture(autouse=True)
+def no_ssh_answers(monkeypatch):
+    """Pure logic: no node's OS ever answers (and no lab running here can answer for it)."""
+    monkeypatch.setattr(up_mod, "ssh_banner", lambda *_a, **_k: False)
+
+
 @pytest.fixture
 def example_copy(tmp_path: Path) -> Path:
     dest = tmp_path / "site"
@@ -156,6 +162,18 @@ def test_inspection_mismatch_stops_that_node_and_the_others_boot(example_copy):
     retries = [e for e in store.events("dgx01") if e.detail.get("retry")]
     assert [e.to_phase for e in retries] == ["booting"]
     assert store.check_consistency() == []
+
+
+def test_from_phase_never_moves_a_node_forward(example_copy):
+    """--from-phase os_ready re-runs later steps; a node that failed earlier (cp01, at
+    enrolled) is not skipped ahead: it is inspected and booted first."""
+    store = StateStore(up_mod.state_path(load(example_copy)))
+    store.enroll(["cp01"])
+    store.transition("cp01", Phase.FAILED, reason="earlier failure")
+    FakeDriver.gpus = {}
+    result, _ = run_up(example_copy, limit="cp01", from_phase=Phase.OS_READY)
+    assert FakeDriver.calls["cp01"] == ["facts", "boot pxe once", "power on"]
+    assert result.nodes[0].failed_phase is Phase.BOOTING  # no SSH here: stops at wait_os
 
 
 def test_virtual_media_boot_mounts_the_iso_then_boots_from_cd(example_copy):
