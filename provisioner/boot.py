@@ -7,7 +7,6 @@ is the standard library's, serving only the rendered boot files (read-only, GET/
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import pwd
@@ -36,17 +35,12 @@ class _Handler(SimpleHTTPRequestHandler):
 
     log_fn: LogFn = staticmethod(lambda _line: None)
 
-    def do_GET(self) -> None:
+    def send_head(self) -> Any:
+        """GET and HEAD both come here: refuse anything but the boot files."""
         if not self.path.startswith(SERVED) or ".." in self.path:
             self.send_error(404)
-            return
-        super().do_GET()
-
-    def do_HEAD(self) -> None:
-        if not self.path.startswith(SERVED) or ".." in self.path:
-            self.send_error(404)
-            return
-        super().do_HEAD()
+            return None
+        return super().send_head()
 
     def log_message(self, format: str, *args: Any) -> None:
         self.log_fn(f"http {self.client_address[0]} " + format % args)
@@ -131,10 +125,11 @@ def serve(root: Path, address: IPv4Address, http_port: int, *, dhcp: bool = True
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     finally:
         logf.close()
-    with contextlib.suppress(subprocess.TimeoutExpired):
+    try:
         code = server.dnsmasq.wait(timeout=1.0)
-        server.stop()
-        tail = (root / "dnsmasq.log").read_text(errors="replace").strip().splitlines()[-3:]
-        raise ConfigError(f"dnsmasq exited at start ({code}): {' | '.join(tail)}",
-                          hint="check --interface and that no other DHCP server runs there")
-    return server
+    except subprocess.TimeoutExpired:
+        return server  # still running after a second: it started
+    server.stop()
+    tail = (root / "dnsmasq.log").read_text(errors="replace").strip().splitlines()[-3:]
+    raise ConfigError(f"dnsmasq exited at start ({code}): {' | '.join(tail)}",
+                      hint="check --interface and that no other DHCP server runs there")

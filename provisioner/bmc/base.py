@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from provisioner.bmc.retry import poll_until
 from provisioner.errors import BmcTimeout
 from provisioner.inventory.models import Tls
 from provisioner.secrets import Secret
@@ -123,20 +124,6 @@ class BmcTarget:
     request_timeout_s: float = 10.0
 
 
-def wait_for_power(read: Callable[[], PowerState], target: PowerState, until: float, *,
-                   interval_s: float, max_interval_s: float,
-                   sleep: Callable[[float], None]) -> PowerState:
-    """Poll `read` until it reports `target` or the monotonic clock passes `until`; the
-    interval grows by half each time up to max_interval_s. Returns the last state read."""
-    interval = interval_s
-    while True:
-        state = read()
-        if state is target or time.monotonic() >= until:
-            return state
-        sleep(min(interval, max(0.0, until - time.monotonic())))
-        interval = min(interval * 1.5, max_interval_s)
-
-
 def request_power(send: Callable[[], object], read: Callable[[], PowerState],
                   target: PowerState, timeout_s: float, *, node: str, what: str,
                   interval_s: float, max_interval_s: float,
@@ -151,8 +138,8 @@ def request_power(send: Callable[[], object], read: Callable[[], PowerState],
     for attempt in range(2):
         send()
         until = start + timeout_s / 2 if attempt == 0 else start + timeout_s
-        last = wait_for_power(read, target, until, interval_s=interval_s,
-                              max_interval_s=max_interval_s, sleep=sleep)
+        last = poll_until(read, lambda state: state is target, until, interval_s=interval_s,
+                          max_interval_s=max_interval_s, sleep=sleep)
         if last is target:
             return last
     raise BmcTimeout(f"{node}: asked for power {target.value} ({what}) twice; the BMC still "

@@ -1,4 +1,5 @@
-"""Bounded retries with exponential backoff and full jitter, for transient BMC errors only."""
+"""Bounded waiting: retries with exponential backoff and full jitter for transient BMC
+errors, and polling until a condition holds or a deadline passes."""
 
 from __future__ import annotations
 
@@ -48,3 +49,18 @@ def retry(fn: Callable[[], T], policy: RetryPolicy, *,
                 on_retry(attempt + 1, exc)
             sleep(wait)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def poll_until(read: Callable[[], T], done: Callable[[T], bool], until: float, *,
+               interval_s: float, max_interval_s: float,
+               sleep: Callable[[float], None] = time.sleep) -> T:
+    """Call `read` until `done(value)` or the monotonic clock passes `until`; the wait grows
+    by half each time up to max_interval_s and never runs past `until`. Returns the last
+    value read (check it with `done` to tell success from the deadline)."""
+    interval = interval_s
+    while True:
+        value = read()
+        if done(value) or time.monotonic() >= until:
+            return value
+        sleep(min(interval, max(0.0, until - time.monotonic())))
+        interval = min(interval * 1.5, max_interval_s)

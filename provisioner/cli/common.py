@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, ParamSpec, TypeVar
 
 import click
@@ -84,3 +88,25 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
     return wrapper
+
+
+@contextmanager
+def graceful_stop(notice: str) -> Iterator[threading.Event]:
+    """First Ctrl-C (or SIGTERM) sets the event (the command finishes what is in flight and
+    stops) and prints `notice`; a second Ctrl-C aborts at once (KeyboardInterrupt)."""
+    stop = threading.Event()
+    err = console().err
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+        if notice:
+            err.print(notice)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

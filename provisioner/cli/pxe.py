@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from ipaddress import IPv4Address
 from pathlib import Path
-from types import FrameType
 from typing import Annotated
 
 import typer
 
 from provisioner import boot
-from provisioner.cli.common import SiteArg, console, handle_errors, resolve_site
+from provisioner.cli.common import SiteArg, console, graceful_stop, handle_errors, resolve_site
 from provisioner.errors import ConfigError
 from provisioner.inventory import load
 from provisioner.render import pxe as pxe_mod
@@ -74,27 +71,21 @@ def serve(site: SiteArg = None, out: OutOpt = None, server: ServerOpt = None,
     """Render, then run dnsmasq and the HTTP server for the boot files until Ctrl-C."""
     root, address = _render(site, out, server, interface, ssh_key, http_port)
     con = console()
-    done = threading.Event()
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        done.set()
-
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    running = boot.serve(root, address, http_port, dhcp=dhcp, log=con.info)
-    try:
-        con.info(f"serving boot files at {running.url}/ipxe/ and {running.url}/autoinstall/"
-                 + (f"; dnsmasq pid {running.dnsmasq.pid} on {interface} (log: "
-                    f"{root / 'dnsmasq.log'})" if running.dnsmasq else "; DHCP not served"))
-        if running.missing_loaders:
-            con.info("TFTP has no " + " or ".join(running.missing_loaders) + ": firmware "
-                     "without iPXE cannot boot (apt-get install ipxe, or copy them to "
-                     f"{root / 'tftp'})")
-        while not done.wait(0.5):
-            if running.dnsmasq is not None and running.dnsmasq.poll() is not None:
-                raise ConfigError(f"dnsmasq exited ({running.dnsmasq.returncode})",
-                                  hint=f"see {root / 'dnsmasq.log'}")
-    finally:
-        running.stop()
-        for s, h in previous.items():
-            signal.signal(s, h)
+    with graceful_stop("stopping the boot services") as done:
+        running = boot.serve(root, address, http_port, dhcp=dhcp, log=con.info)
+        try:
+            con.info(f"serving boot files at {running.url}/ipxe/ and "
+                     f"{running.url}/autoinstall/"
+                     + (f"; dnsmasq pid {running.dnsmasq.pid} on {interface} (log: "
+                        f"{root / 'dnsmasq.log'})" if running.dnsmasq else "; DHCP not served"))
+            if running.missing_loaders:
+                con.info("TFTP has no " + " or ".join(running.missing_loaders) + ": firmware "
+                         "without iPXE cannot boot (apt-get install ipxe, or copy them to "
+                         f"{root / 'tftp'})")
+            while not done.wait(0.5):
+                if running.dnsmasq is not None and running.dnsmasq.poll() is not None:
+                    raise ConfigError(f"dnsmasq exited ({running.dnsmasq.returncode})",
+                                      hint=f"see {root / 'dnsmasq.log'}")
+        finally:
+            running.stop()
     con.info("stopped")

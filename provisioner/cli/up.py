@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import os
-import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from enum import StrEnum
-from types import FrameType
 from typing import Annotated
 
 import typer
 
-from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.cli.common import (
+    JsonOpt,
+    SiteArg,
+    console,
+    graceful_stop,
+    handle_errors,
+    resolve_site,
+)
 from provisioner.errors import ExitCode
 from provisioner.inventory import load
 from provisioner.state import LIFECYCLE, Phase
@@ -34,28 +36,6 @@ class PhaseChoice(StrEnum):
 
 
 assert [c.value for c in PhaseChoice] == [p.value for p in LIFECYCLE]
-
-
-@contextmanager
-def _graceful_stop() -> Iterator[threading.Event]:
-    """First Ctrl-C (or SIGTERM): stop starting new steps, let in-flight ones finish and
-    record them; a second Ctrl-C aborts at once. Either way the next `up` resumes."""
-    stop = threading.Event()
-    err = console().err
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if stop.is_set() and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        stop.set()
-        err.print("stopping: steps in flight finish and are recorded "
-                  "(Ctrl-C again to abort now); `provision up` resumes")
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 @handle_errors
@@ -95,7 +75,9 @@ def up(site: SiteArg = None,
         verify_playbook=verify_playbook, request_timeout_s=request_timeout)
     out = console(json_out or json_events)
     hosts = [s.hostname for s in up_mod.servers(loaded)]
-    with _graceful_stop() as stop, out.up_progress(
+    notice = ("stopping: steps in flight finish and are recorded (Ctrl-C again to abort "
+              "now); `provision up` resumes")
+    with graceful_stop(notice) as stop, out.up_progress(
             hosts, live=False if no_progress else None, json_events=json_events) as progress:
         result = up_mod.up(loaded, os.environ, opts, progress=progress, stop=stop)
     if json_out or json_events:

@@ -61,13 +61,30 @@ class Rendered:
 
 @dataclass(frozen=True)
 class HostPlan:
+    """One node with its chassis, block type and roles (defaults applied)."""
+
     node: Node
     placement: Placement
     block: BlockType
     roles: tuple[Role, ...]
 
+    @property
+    def hostname(self) -> str:
+        return self.node.hostname
 
-def _hosts(loaded: LoadedSite) -> list[HostPlan]:
+    @property
+    def control_plane(self) -> bool:
+        return Role.CONTROL_PLANE in self.roles
+
+
+def ansible_host(node: Node) -> str | None:
+    """The address Ansible (and `up`'s SSH wait) reaches a node on: mgmt, else the first."""
+    addr = node.addresses.get("mgmt") or next(iter(node.addresses.values()), None)
+    return None if addr is None else str(addr)
+
+
+def host_plans(loaded: LoadedSite) -> list[HostPlan]:
+    """Every node of the site in inventory order, switches included."""
     out = []
     for p in loaded.site.placements:
         block = loaded.catalog.get(p.block)
@@ -156,7 +173,7 @@ def _group_vars(loaded: LoadedSite, lab: bool) -> dict[str, Any]:
 
 def _host_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
     block, node = h.block, h.node
-    mgmt = node.addresses.get("mgmt") or next(iter(node.addresses.values()), None)
+    mgmt = ansible_host(node)
     gpu = block.gpu
     labels = {
         "provisioner.io/block": block.name,
@@ -188,7 +205,7 @@ def _host_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
     if gpu is not None:
         data["nvidia_driver_kernel_modules"] = kernel_modules_for(loaded, block)
     if mgmt is not None:
-        data["ansible_host"] = str(mgmt)
+        data["ansible_host"] = mgmt
     return data
 
 
@@ -286,7 +303,7 @@ def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
         path.write_text(text)
         written.append(path)
 
-    hosts = _hosts(loaded)
+    hosts = host_plans(loaded)
     servers = [h for h in hosts if h.block.kind is not BlockKind.SWITCH]
     hostvars = {h.node.hostname: _host_vars(loaded, h) for h in hosts}
     groups = _groups(loaded, hosts)
@@ -314,7 +331,7 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
     tests/unit/test_render.py keeps the two in step.
     """
     sw = loaded.site.software
-    hosts = _hosts(loaded)
+    hosts = host_plans(loaded)
     servers = [h for h in hosts if h.block.kind is not BlockKind.SWITCH]
     gpu = [h for h in servers if h.block.gpu is not None]
     items: list[dict[str, str]] = []

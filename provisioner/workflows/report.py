@@ -16,10 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from provisioner import bmc as bmc_mod
 from provisioner import power
 from provisioner.inventory.loader import LoadedSite
+from provisioner.render import HostPlan
 from provisioner.state import LIFECYCLE, NodeState, Phase, StateStore
 from provisioner.workflows.up import (
+    BEFORE_POWER_ON,
     STEP_FROM,
-    Server,
     blocked_racks,
     compare_facts,
     servers,
@@ -133,7 +134,7 @@ def _steps_from(phase: Phase) -> list[str]:
     return [STEP_FROM[p] for p in LIFECYCLE[LIFECYCLE.index(phase):] if p in STEP_FROM]
 
 
-def _known(loaded: LoadedSite) -> tuple[list[Server], dict[str, NodeState], StateStore | None]:
+def _known(loaded: LoadedSite) -> tuple[list[HostPlan], dict[str, NodeState], StateStore | None]:
     path = state_path(loaded)
     store = StateStore(path) if path.exists() else None
     states = {n.hostname: n for n in store.nodes()} if store else {}
@@ -165,7 +166,7 @@ def plan(loaded: LoadedSite, *, refresh: bool = False,
             action, steps = "resume", _steps_from(st.phase)
         start = (st.failed_phase if st and st.phase is Phase.FAILED else phase) or Phase.ENROLLED
         reason = st.reason if st else None
-        if s.placement.rack in blocked and start in (Phase.ENROLLED, Phase.INSPECTED):
+        if s.placement.rack in blocked and start in BEFORE_POWER_ON:
             action, reason = "blocked", f"rack over budget: {blocked[s.placement.rack]}"
         nodes.append(PlanNode(
             hostname=s.hostname, rack=s.placement.rack, block=s.block.name, action=action,
@@ -190,7 +191,7 @@ def plan(loaded: LoadedSite, *, refresh: bool = False,
                       generated_at=_now(), summary=summary, nodes=nodes, racks=racks)
 
 
-def _refresh(loaded: LoadedSite, servers_: list[Server],
+def _refresh(loaded: LoadedSite, servers_: list[HostPlan],
              env: Mapping[str, str]) -> dict[str, BmcView]:
     by_name = {s.hostname: s for s in servers_}
     targets = bmc_mod.targets(loaded, env)

@@ -32,11 +32,13 @@ from provisioner import render as render_mod
 from provisioner import runner as runner_mod
 from provisioner.bmc import BmcDriver, BmcTarget, BootDevice, PowerAction, PowerState
 from provisioner.bmc.base import HardwareFacts
+from provisioner.bmc.retry import poll_until
 from provisioner.errors import BmcError, InventoryError
 from provisioner.inventory import checks
 from provisioner.inventory.findings import Category, Severity
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.models import BlockKind, BlockType, Node, Placement, Role
+from provisioner.inventory.models import BlockKind
+from provisioner.render import HostPlan
 from provisioner.state import LIFECYCLE, Phase, StateStore
 
 # The step that moves a node out of each phase.
@@ -49,6 +51,10 @@ STEP_FROM: dict[Phase, str] = {
     Phase.VERIFIED: "ready",
 }
 STEPS: tuple[str, ...] = tuple(STEP_FROM.values())
+# Not yet powered on by `up`: the BMC steps are ahead, and the rack budget gate applies.
+BEFORE_POWER_ON = frozenset({Phase.ENROLLED, Phase.INSPECTED})
+# The per-node steps before the playbooks (run in threads, one node each).
+EARLY = BEFORE_POWER_ON | {Phase.BOOTING}
 LAB_OS_NOTE = ("OS install skipped: the lab provides the OS (an SSH test host in a network "
                "namespace); the BMC boot and power steps ran for real")
 
@@ -135,33 +141,12 @@ def state_path(loaded: LoadedSite) -> Path:
     return base / "lab" / "state.db" if loaded.lab_hosts else base / "state.db"
 
 
-@dataclass(frozen=True)
-class Server:
-    node: Node
-    placement: Placement
-    block: BlockType
-
-    @property
-    def hostname(self) -> str:
-        return self.node.hostname
-
-    @property
-    def control_plane(self) -> bool:
-        return Role.CONTROL_PLANE in (self.node.roles or ())
-
-
-def servers(loaded: LoadedSite) -> list[Server]:
+def servers(loaded: LoadedSite) -> list[HostPlan]:
     """Every node `up` brings up: all but switches, in inventory order."""
-    out: list[Server] = []
-    for p in loaded.site.placements:
-        block = loaded.catalog.get(p.block)
-        if block is None or block.kind is BlockKind.SWITCH:
-            continue
-        out.extend(Server(n, p, block) for n in p.nodes)
-    return out
+    return [h for h in render_mod.host_plans(loaded) if h.block.kind is not BlockKind.SWITCH]
 
 
-def compare_facts(server: Server, facts: HardwareFacts) -> tuple[list[str], list[str]]:
+def compare_facts(server: HostPlan, facts: HardwareFacts) -> tuple[list[str], list[str]]:
     """(problems, notes) from what the BMC reports against the declared building block.
     Facts a BMC does not report are notes, not problems (many report no GPUs)."""
     problems: list[str] = []
@@ -207,12 +192,6 @@ def ssh_banner(address: str, port: int, timeout_s: float = 2.0) -> bool:
             return sock.recv(64).startswith(b"SSH-")
     except OSError:
         return False
-
-
-def mgmt_address(node: Node) -> str | None:
-    """The address Ansible uses (the render's ansible_host rule)."""
-    addr = node.addresses.get("mgmt") or next(iter(node.addresses.values()), None)
-    return None if addr is None else str(addr)
 
 
 # ---------------------------------------------------------------- the run
@@ -268,7 +247,7 @@ class _Up:
 
     # ------------------------------------------------ entry
 
-    def run(self, selected: list[Server]) -> None:
+    def run(self, selected: list[HostPlan]) -> None:
         hosts = [s.hostname for s in selected]
         self.store.enroll(hosts, run_id=self.run_id)
         self._rewind(hosts)
@@ -324,21 +303,20 @@ class _Up:
                 self.emit(Progress(host, STEP_FROM.get(st.phase, "ready"), "note",
                                    f"retrying from {st.phase.value}"))
 
-    def _budget(self, todo: list[Server]) -> None:
+    def _budget(self, todo: list[HostPlan]) -> None:
         """Refuse to power on nodes in a rack whose feeds or cooling cannot carry it."""
         blocked = blocked_racks(self.loaded)
         for s in todo:
             phase = self.outcomes[s.hostname].phase
             why = blocked.get(s.placement.rack)
-            if why and phase in (Phase.ENROLLED, Phase.INSPECTED):
+            if why and phase in BEFORE_POWER_ON:
                 self._fail(s.hostname, STEP_FROM[phase],
                            f"not powered on: rack {s.placement.rack} is over budget ({why})")
 
     # ------------------------------------------------ inspect, boot, wait for the OS
 
-    def _early_phases(self, todo: list[Server]) -> None:
-        early = [s for s in todo if self.outcomes[s.hostname].phase in
-                 (Phase.ENROLLED, Phase.INSPECTED, Phase.BOOTING)]
+    def _early_phases(self, todo: list[HostPlan]) -> None:
+        early = [s for s in todo if self.outcomes[s.hostname].phase in EARLY]
         if not early:
             return
         with_bmc = [s for s in early if s.node.bmc is not None]
@@ -350,23 +328,21 @@ class _Up:
             for s in early:
                 pool.submit(self._node_early, s, targets.get(s.hostname))
 
-    def _node_early(self, s: Server, target: BmcTarget | None) -> None:
+    def _node_early(self, s: HostPlan, target: BmcTarget | None) -> None:
         host = s.hostname
         driver: BmcDriver | None = None
         step = STEP_FROM[self.outcomes[host].phase]
         try:
-            if target is not None and self.outcomes[host].phase in (Phase.ENROLLED,
-                                                                     Phase.INSPECTED):
+            if target is not None and self.outcomes[host].phase in BEFORE_POWER_ON:
                 driver = self.make_driver(target)
                 driver.validate()
-            elif target is None and self.outcomes[host].phase is not Phase.BOOTING:
+            elif self.outcomes[host].phase in BEFORE_POWER_ON:  # a node without a BMC
                 self._note(host, step, "no_bmc", "no BMC: inspect and boot skipped; the OS "
                            "must already be installed")
                 if self.outcomes[host].phase is Phase.ENROLLED:
                     self._move(host, Phase.INSPECTED, "inspect", {"bmc": False})
                 self._move(host, Phase.BOOTING, "boot", {"bmc": False})
-            while self.outcomes[host].phase in (Phase.ENROLLED, Phase.INSPECTED,
-                                                Phase.BOOTING):
+            while self.outcomes[host].phase in EARLY:
                 if self.stop.is_set():
                     raise StepInterrupted
                 phase = self.outcomes[host].phase
@@ -391,7 +367,7 @@ class _Up:
                 with contextlib.suppress(Exception):  # closing is best effort
                     driver.close()
 
-    def _inspect(self, s: Server, driver: BmcDriver) -> dict[str, Any]:
+    def _inspect(self, s: HostPlan, driver: BmcDriver) -> dict[str, Any]:
         facts = driver.hardware_facts()
         problems, notes = compare_facts(s, facts)
         if problems:
@@ -400,7 +376,7 @@ class _Up:
                 "gpus": facts.gpu_count, "macs": list(facts.macs),
                 "power": facts.power_state.value, "notes": notes}
 
-    def _boot(self, s: Server, driver: BmcDriver) -> dict[str, Any]:
+    def _boot(self, s: HostPlan, driver: BmcDriver) -> dict[str, Any]:
         method = s.node.boot or self.loaded.site.provisioning.boot
         device = BootDevice.PXE
         if method == "virtual_media":
@@ -417,28 +393,29 @@ class _Up:
         return {"boot": method, "device": setting.device.value, "verified": setting.verified,
                 "was": was.value, "power": "on"}
 
-    def _wait_os(self, s: Server) -> dict[str, Any]:
+    def _wait_os(self, s: HostPlan) -> dict[str, Any]:
         host = s.hostname
         if self.lab:
             self._note(host, "wait_os", "os_install_skipped", LAB_OS_NOTE)
-        address = mgmt_address(s.node)
+        address = render_mod.ansible_host(s.node)
         if address is None:
             raise StepFailed("no management address to reach the OS on")
         port = self.loaded.site.site.ssh.port
-        start = time.monotonic()
-        interval = 1.0
-        while True:
-            if ssh_banner(address, port):
-                return {"ssh": f"{address}:{port}",
-                        "waited_s": round(time.monotonic() - start, 1),
-                        "os_install": "skipped (lab)" if self.lab else "network boot"}
-            if time.monotonic() - start >= self.os_timeout_s:
-                raise StepFailed(f"no SSH answer from {address}:{port} after "
-                                 f"{self.os_timeout_s:g} s (OS install did not finish, or the "
-                                 "node is not on the management network)")
-            if self.stop.wait(min(interval, self.os_timeout_s)):
+
+        def pause(seconds: float) -> None:
+            if self.stop.wait(seconds):
                 raise StepInterrupted
-            interval = min(interval * 1.5, 10.0)
+
+        start = time.monotonic()
+        answered = poll_until(lambda: ssh_banner(address, port), bool,
+                              start + self.os_timeout_s, interval_s=1.0, max_interval_s=10.0,
+                              sleep=pause)
+        if not answered:
+            raise StepFailed(f"no SSH answer from {address}:{port} after "
+                             f"{self.os_timeout_s:g} s (OS install did not finish, or the "
+                             "node is not on the management network)")
+        return {"ssh": f"{address}:{port}", "waited_s": round(time.monotonic() - start, 1),
+                "os_install": "skipped (lab)" if self.lab else "network boot"}
 
     # ------------------------------------------------ configure and verify
 
@@ -448,7 +425,7 @@ class _Up:
             self.project_dir = render_mod.render(self.loaded, out, lab=self.lab).out
         return self.project_dir
 
-    def _playbook_phase(self, todo: list[Server], source: Phase, target: Phase, step: str,
+    def _playbook_phase(self, todo: list[HostPlan], source: Phase, target: Phase, step: str,
                         playbook: str) -> None:
         hosts = [s.hostname for s in todo if self.outcomes[s.hostname].phase is source]
         if not hosts or self.stop.is_set():

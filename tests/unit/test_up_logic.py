@@ -25,13 +25,14 @@ from provisioner.bmc.base import (
 )
 from provisioner.errors import InventoryError
 from provisioner.inventory import load
+from provisioner.render import HostPlan
 from provisioner.state import Phase, StateStore
 from provisioner.workflows import report
 from provisioner.workflows import up as up_mod
 from tests.conftest import EXAMPLE, FIXTURES, ROOT
 
 
-def server(name: str = "dgx01") -> up_mod.Server:
+def server(name: str = "dgx01") -> HostPlan:
     return next(s for s in up_mod.servers(load(EXAMPLE)) if s.hostname == name)
 
 
