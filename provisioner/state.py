@@ -3,10 +3,8 @@
 Tables: nodes (current phase), runs, and an append-only event log. Every phase transition
 is one transaction that updates the node and appends its event together, so a run killed
 at any point leaves either the old state or the new one, never half of each, and the next
-run resumes from what is recorded. Phases follow ironic / MAAS / Metal3:
-
-    enrolled -> inspected -> booting -> os_ready -> configured -> verified -> ready
-    plus failed (with the phase it failed in and the reason) and maintenance.
+run resumes from what is recorded. Every transition is checked against the lifecycle
+(lifecycle.py): a move it does not allow is a StateError and changes nothing.
 """
 
 from __future__ import annotations
@@ -19,28 +17,16 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from provisioner.errors import StateError
+from provisioner.inventory.loader import LoadedSite
+from provisioner.lifecycle import LIFECYCLE, Phase, allowed, next_phase
 
+__all__ = ["LIFECYCLE", "SCHEMA_VERSION", "Event", "NodeState", "Phase", "StateStore",
+           "next_phase", "state_path"]
 
-class Phase(StrEnum):
-    ENROLLED = "enrolled"
-    INSPECTED = "inspected"
-    BOOTING = "booting"
-    OS_READY = "os_ready"
-    CONFIGURED = "configured"
-    VERIFIED = "verified"
-    READY = "ready"
-    FAILED = "failed"
-    MAINTENANCE = "maintenance"
-
-
-# The happy path, in order. `failed` and `maintenance` sit beside it.
-LIFECYCLE: tuple[Phase, ...] = (Phase.ENROLLED, Phase.INSPECTED, Phase.BOOTING,
-                                Phase.OS_READY, Phase.CONFIGURED, Phase.VERIFIED, Phase.READY)
 
 SCHEMA_VERSION = 1
 MIGRATIONS: dict[int, str] = {
@@ -98,12 +84,6 @@ class Event:
     from_phase: str | None
     to_phase: str | None
     detail: dict[str, Any]
-
-
-def next_phase(phase: Phase) -> Phase | None:
-    """The phase after `phase` on the happy path (None after ready)."""
-    i = LIFECYCLE.index(phase)
-    return LIFECYCLE[i + 1] if i + 1 < len(LIFECYCLE) else None
 
 
 class StateStore:
@@ -222,8 +202,12 @@ class StateStore:
 
     # -------------------------------------------------------- nodes
 
-    def enroll(self, hostnames: Sequence[str], run_id: int | None = None) -> list[str]:
-        """Add nodes not yet known, in phase enrolled. Returns the ones added."""
+    def enroll(self, hostnames: Sequence[str], run_id: int | None = None,
+               phase: Phase = Phase.ENROLLED) -> list[str]:
+        """Add nodes not yet known, in phase enrolled (or discovered, for a node found on
+        the network that the inventory does not name yet). Returns the ones added."""
+        if phase not in (Phase.ENROLLED, Phase.DISCOVERED):
+            raise StateError(f"a new node starts enrolled or discovered, not {phase.value}")
         added = []
         with self._tx() as db:
             known = {r[0] for r in db.execute("SELECT hostname FROM nodes")}
@@ -232,10 +216,10 @@ class StateStore:
                 if host in known:
                     continue
                 db.execute("INSERT INTO nodes (hostname, phase, updated_at) VALUES (?, ?, ?)",
-                           (host, Phase.ENROLLED.value, now))
+                           (host, phase.value, now))
                 db.execute("INSERT INTO events (run_id, at, hostname, kind, to_phase) "
-                           "VALUES (?, ?, ?, 'enrolled', ?)",
-                           (run_id, now, host, Phase.ENROLLED.value))
+                           "VALUES (?, ?, ?, ?, ?)",
+                           (run_id, now, host, phase.value, phase.value))
                 added.append(host)
         return added
 
@@ -245,7 +229,7 @@ class StateStore:
         """Move a node to `to` (one transaction with its event). With `expect`, refuse if the
         node is not in that phase (two runs racing for one node)."""
         with self._tx() as db:
-            row = db.execute("SELECT phase FROM nodes WHERE hostname = ?",
+            row = db.execute("SELECT phase, failed_phase FROM nodes WHERE hostname = ?",
                              (hostname,)).fetchone()
             if row is None:
                 raise StateError(f"{hostname} is not enrolled in the state store")
@@ -253,6 +237,10 @@ class StateStore:
             if expect is not None and current is not expect:
                 raise StateError(f"{hostname} is {current.value}, not {expect.value}",
                                  hint="another run may be working on this node")
+            if allowed(current, to, Phase(row[1]) if row[1] else None) is None:
+                raise StateError(f"{hostname}: the lifecycle allows no move from "
+                                 f"{current.value} to {to.value}",
+                                 hint="see provisioner/lifecycle.py for the allowed moves")
             failed_phase = current.value if to is Phase.FAILED else None
             now = time.time()
             db.execute("UPDATE nodes SET phase = ?, failed_phase = ?, reason = ?, updated_at = ?"
@@ -315,6 +303,13 @@ class StateStore:
                     problems.append(f"{host}: phase {phase} but last event says "
                                     f"{last[0] if last else None}")
         return problems
+
+
+def state_path(loaded: LoadedSite) -> Path:
+    """The site's state store. The lab is a separate, throwaway site: its nodes' state
+    lives with the lab and goes when `provision lab down` removes it."""
+    base = loaded.base_dir.resolve() / ".provision"
+    return base / "lab" / "state.db" if loaded.lab_hosts else base / "state.db"
 
 
 def _node(row: Sequence[Any]) -> NodeState:

@@ -17,9 +17,10 @@ from provisioner.bmc.base import (
     PowerState,
 )
 from provisioner.bmc.pool import DEFAULT_CONCURRENCY, NodeResult, run_many
+from provisioner.credentials import CredentialResolver
 from provisioner.errors import ConfigError
 from provisioner.inventory.loader import LoadedSite
-from provisioner.secrets import Secret, resolve
+from provisioner.inventory.topology import bmc_nodes
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -58,24 +59,18 @@ def select_hosts(hostnames: list[str], limit: str | None) -> list[str]:
 def targets(loaded: LoadedSite, env: Mapping[str, str], limit: str | None = None,
             request_timeout_s: float = 10.0) -> list[BmcTarget]:
     """BMC targets for the site's nodes (in inventory order), secrets resolved once each."""
-    base_dir = loaded.base_dir
-    nodes = [n for p in loaded.site.placements for n in p.nodes if n.bmc is not None]
+    nodes = bmc_nodes(loaded)
     wanted = set(select_hosts([n.hostname for n in nodes], limit))
-    cache: dict[str, Secret] = {}
+    logins = CredentialResolver(loaded, env)
     out = []
     for node in nodes:
         if node.hostname not in wanted or node.bmc is None:
             continue
         bmc = node.bmc
-        creds = loaded.site.credentials.get(bmc.credentials)
-        if creds is None:
-            raise ConfigError(f"{node.hostname}: credentials '{bmc.credentials}' are not defined",
-                              hint="run `provision validate`")
-        if bmc.credentials not in cache:
-            cache[bmc.credentials] = resolve(creds.password, env, base_dir)
+        login = logins.login(bmc.credentials, user_of=node.hostname)
         out.append(BmcTarget(
             node=node.hostname, protocol=bmc.protocol.value, address=bmc.address, port=bmc.port,
-            username=creds.username, password=cache[bmc.credentials], system_id=bmc.system_id,
+            username=login.username, password=login.password, system_id=bmc.system_id,
             scheme=bmc.scheme, tls=bmc.tls, cipher_suite=bmc.cipher_suite,
             request_timeout_s=request_timeout_s))
     return out

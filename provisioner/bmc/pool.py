@@ -1,21 +1,20 @@
-"""Fan-out over many BMCs: bounded concurrency, a deadline per node, a result per node.
+"""One BMC operation over many nodes: a driver per node, a result per node.
 
-Workers are daemon threads, so a BMC that hangs past its deadline is abandoned (marked
-failed) and never holds up the others or the process exit.
+The concurrency (bounded daemon threads, a deadline per node, a hung BMC abandoned without
+holding up the others or the process exit) is the step engine's one fan-out; this module
+adds what is BMC-specific: open and validate a driver, close it, and name the error.
 """
 
 from __future__ import annotations
 
 import contextlib
-import queue
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from provisioner.bmc.base import BmcDriver, BmcTarget
 from provisioner.errors import BmcError, BmcTimeout
+from provisioner.workflows.engine import Done, fan_out
 
 T = TypeVar("T")
 
@@ -35,79 +34,46 @@ class NodeResult(Generic[T]):
 ProgressFn = Callable[[str, str, str], None]  # (node, phase: start|ok|failed, detail)
 
 
+def _result(done: Done[T], node_timeout_s: float) -> NodeResult[T]:
+    if done.timed_out:
+        err = BmcTimeout(f"{done.key}: no result after {node_timeout_s:g} s; abandoned")
+        return NodeResult(done.key, False, error=str(err), error_kind="BmcTimeout",
+                          elapsed_s=done.elapsed_s)
+    if isinstance(done.error, BmcError):
+        return NodeResult(done.key, False, error=str(done.error),
+                          error_kind=type(done.error).__name__, elapsed_s=done.elapsed_s)
+    if done.error is not None:  # a bug or an unexpected library error: keep going
+        return NodeResult(done.key, False,
+                          error=f"{done.key}: unexpected {type(done.error).__name__}",
+                          error_kind="InternalError", elapsed_s=done.elapsed_s)
+    return NodeResult(done.key, True, done.value, elapsed_s=done.elapsed_s)
+
+
 def run_many(targets: Sequence[BmcTarget], op: Callable[[BmcDriver], T],
              make_driver: Callable[[BmcTarget], BmcDriver], *,
              concurrency: int = DEFAULT_CONCURRENCY, node_timeout_s: float = 120.0,
              progress: ProgressFn | None = None) -> list[NodeResult[T]]:
     """Run `op` on every target's driver; results come back in the targets' order."""
-    results: dict[str, NodeResult[T]] = {}
-    started: dict[str, float] = {}
-    lock = threading.Lock()
-    done = threading.Event()
-    work: queue.Queue[BmcTarget] = queue.Queue()
-    for t in targets:
-        work.put(t)
-    total = len(targets)
+    by_node = {t.node: t for t in targets}
 
-    def finish(result: NodeResult[T]) -> None:
-        with lock:
-            if result.node in results:  # already timed out by the watchdog
-                return
-            results[result.node] = result
-            if len(results) == total:
-                done.set()
+    def work(node: str) -> T:
+        driver: BmcDriver | None = None
+        try:
+            driver = make_driver(by_node[node])
+            driver.validate()
+            return op(driver)
+        finally:
+            if driver is not None:
+                with contextlib.suppress(Exception):  # closing is best effort
+                    driver.close()
+
+    def on_done(done: Done[T]) -> None:
         if progress:
-            progress(result.node, "ok" if result.ok else "failed",
-                     result.error or "")
+            r = _result(done, node_timeout_s)
+            progress(r.node, "ok" if r.ok else "failed", r.error or "")
 
-    def worker() -> None:
-        while True:
-            try:
-                target = work.get_nowait()
-            except queue.Empty:
-                return
-            t0 = time.monotonic()
-            with lock:
-                started[target.node] = t0
-            if progress:
-                progress(target.node, "start", "")
-            driver: BmcDriver | None = None
-            try:
-                driver = make_driver(target)
-                driver.validate()
-                value = op(driver)
-                finish(NodeResult(target.node, True, value, elapsed_s=time.monotonic() - t0))
-            except BmcError as exc:
-                finish(NodeResult(target.node, False, error=str(exc),
-                                  error_kind=type(exc).__name__,
-                                  elapsed_s=time.monotonic() - t0))
-            except Exception as exc:  # a bug or an unexpected library error: keep going
-                finish(NodeResult(target.node, False,
-                                  error=f"{target.node}: unexpected {type(exc).__name__}",
-                                  error_kind="InternalError",
-                                  elapsed_s=time.monotonic() - t0))
-            finally:
-                if driver is not None:
-                    with contextlib.suppress(Exception):  # closing is best effort
-                        driver.close()
-
-    def spawn() -> None:
-        threading.Thread(target=worker, daemon=True, name="bmc-worker").start()
-
-    if total == 0:
-        return []
-    for _ in range(max(1, min(concurrency, total))):
-        spawn()
-
-    while not done.wait(timeout=0.1):
-        now = time.monotonic()
-        with lock:
-            overdue = [n for n, t0 in started.items()
-                       if n not in results and now - t0 > node_timeout_s]
-        for node in overdue:
-            err = BmcTimeout(f"{node}: no result after {node_timeout_s:g} s; abandoned")
-            finish(NodeResult(node, False, error=str(err), error_kind="BmcTimeout",
-                              elapsed_s=now - started[node]))
-            if not work.empty():
-                spawn()  # the abandoned worker is stuck: keep the pool at its size
-    return [results[t.node] for t in targets]
+    done = fan_out([t.node for t in targets], work, concurrency=concurrency,
+                   deadline_s=node_timeout_s,
+                   on_start=(lambda n: progress(n, "start", "")) if progress else None,
+                   on_done=on_done)
+    return [_result(d, node_timeout_s) for d in done]

@@ -35,8 +35,9 @@ from typing import Any
 import yaml
 
 from provisioner.errors import ConfigError
+from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.models import BlockKind, BmcProtocol, NetworkKind, Node
+from provisioner.inventory.models import BmcProtocol, NetworkKind, Node
 from provisioner.lab import hosts as hosts_mod
 from provisioner.secrets import write_private
 
@@ -164,7 +165,7 @@ def _record(state: LabState, role: str, proc: subprocess.Popen[bytes], log: Path
 
 
 def _lab_nodes(loaded: LoadedSite) -> list[Node]:
-    return [n for p in loaded.site.placements for n in p.nodes if n.bmc is not None]
+    return topology.bmc_nodes(loaded)
 
 
 def _mac_for(node: Node, index: int) -> str:
@@ -282,14 +283,10 @@ def ssh_plan(loaded: LoadedSite) -> tuple[list[tuple[str, IPv4Address]], IPv4Net
         raise ConfigError("the lab's SSH hosts need a network of kind management")
     net = mgmt[0]
     plan = []
-    for p in loaded.site.placements:
-        block = loaded.catalog.get(p.block)
-        if block is None or block.kind is BlockKind.SWITCH:
-            continue
-        for node in p.nodes:
-            address = node.addresses.get(net.name)
-            if address is not None:
-                plan.append((node.hostname, address))
+    for h in topology.servers(loaded):
+        address = h.node.addresses.get(net.name)
+        if address is not None:
+            plan.append((h.hostname, address))
     gateway = net.gateway or next(net.cidr.hosts())
     if gateway in {a for _, a in plan}:
         raise ConfigError(f"the gateway {gateway} of {net.name} is also a node's address")

@@ -19,32 +19,30 @@ import yaml
 
 from provisioner import __version__
 from provisioner.errors import RenderError
-from provisioner.inventory.checks import default_roles
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import (
-    HOSTNAME_RE,
     OPEN_ONLY_ARCHS,
     PROPRIETARY_ONLY_ARCHS,
-    BlockKind,
     BlockType,
-    Node,
-    Placement,
     Role,
 )
+from provisioner.inventory.topology import (
+    HostPlan,
+    ansible_host,
+    group_name,
+    groups,
+    has_roce,
+    host_plans,
+)
+
+__all__ = ["HostPlan", "Rendered", "ansible_host", "artifacts", "group_name", "host_plans",
+           "kernel_modules_for", "render"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS_DIR = PROJECT_ROOT / "playbooks"
 ROLES_DIR = PROJECT_ROOT / "roles"
 TEMPLATES_DIR = PROJECT_ROOT / "templates"
-GROUP_RE = re.compile(r"[^a-z0-9_]")
 SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:/@+=, -]*$")
-WELL_KNOWN_GROUPS = ("servers", "switches", "kube_control_plane", "kube_node", "gpu_nodes",
-                     "nvswitch_nodes", "imex_nodes", "roce_nodes", "storage_nodes")
-
-
-def group_name(*parts: str) -> str:
-    """Ansible group names: lower case, [a-z0-9_] only."""
-    return GROUP_RE.sub("_", "_".join(parts).lower())
 
 
 def _dump(data: Any) -> str:
@@ -57,45 +55,6 @@ class Rendered:
     out: Path
     files: list[Path] = field(default_factory=list)
     groups: dict[str, list[str]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class HostPlan:
-    """One node with its chassis, block type and roles (defaults applied)."""
-
-    node: Node
-    placement: Placement
-    block: BlockType
-    roles: tuple[Role, ...]
-
-    @property
-    def hostname(self) -> str:
-        return self.node.hostname
-
-    @property
-    def control_plane(self) -> bool:
-        return Role.CONTROL_PLANE in self.roles
-
-
-def ansible_host(node: Node) -> str | None:
-    """The address Ansible (and `up`'s SSH wait) reaches a node on: mgmt, else the first."""
-    addr = node.addresses.get("mgmt") or next(iter(node.addresses.values()), None)
-    return None if addr is None else str(addr)
-
-
-def host_plans(loaded: LoadedSite) -> list[HostPlan]:
-    """Every node of the site in inventory order, switches included."""
-    out = []
-    for p in loaded.site.placements:
-        block = loaded.catalog.get(p.block)
-        if block is None:
-            raise RenderError(f"placement of unknown block type {p.block!r}",
-                              hint="run `provision validate` first")
-        for node in p.nodes:
-            if not HOSTNAME_RE.match(node.hostname):  # belt and braces: reaches shells
-                raise RenderError(f"refusing host name {node.hostname!r}")
-            out.append(HostPlan(node, p, block, node.roles or default_roles(block.kind)))
-    return out
 
 
 def kernel_modules_for(loaded: LoadedSite, block: BlockType) -> str:
@@ -182,7 +141,7 @@ def _host_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
             "provisioner.io/gpu-arch": gpu.architecture.value}
            if gpu else {}),
         **({"provisioner.io/nvswitch": "true"} if block.nvswitch else {}),
-        **({"provisioner.io/roce": "true"} if _has_roce(loaded, node) else {}),
+        **({"provisioner.io/roce": "true"} if has_roce(loaded, node) else {}),
         **node.labels,
     }
     data: dict[str, Any] = {
@@ -209,56 +168,16 @@ def _host_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
     return data
 
 
-def _has_roce(loaded: LoadedSite, node: Node) -> bool:
-    kinds = {n.name: n.kind.value for n in loaded.site.networks}
-    return any(kinds.get(net) == "roce" for net in node.addresses)
-
-
-def _groups(loaded: LoadedSite, hosts: list[HostPlan]) -> dict[str, list[str]]:
-    groups: dict[str, list[str]] = {}
-
-    def add(group: str, host: str) -> None:
-        groups.setdefault(group, []).append(host)
-
-    for h in hosts:
-        name, block = h.node.hostname, h.block
-        add(group_name(block.name), name)
-        add(group_name("rack", h.placement.rack), name)
-        if block.kind is BlockKind.SWITCH:
-            add("switches", name)
-            add(group_name(block.switch_role or "other", "switches"), name)
-            continue
-        add("servers", name)
-        if Role.CONTROL_PLANE in h.roles:
-            add("kube_control_plane", name)
-        if Role.WORKER in h.roles:
-            add("kube_node", name)
-        if Role.STORAGE in h.roles:
-            add("storage_nodes", name)
-        if block.gpu is not None:
-            add("gpu_nodes", name)
-            add(group_name("gpu", block.gpu.model), name)
-        if block.nvswitch:
-            add("nvswitch_nodes", name)
-        if block.imex:
-            add("imex_nodes", name)
-        if _has_roce(loaded, h.node):
-            add("roce_nodes", name)
-    for always in WELL_KNOWN_GROUPS:  # plays target these even when a site has none
-        groups.setdefault(always, [])
-    return {g: sorted(set(v)) for g, v in sorted(groups.items())}
-
-
-def _hosts_yml(groups: dict[str, list[str]], hostvars: dict[str, dict[str, Any]]
+def _hosts_yml(groups_: dict[str, list[str]], hostvars: dict[str, dict[str, Any]]
                ) -> dict[str, Any]:
     def hosts(members: list[str]) -> dict[str, Any]:
         return {"hosts": {h: None for h in members}} if members else {}
 
     children: dict[str, Any] = {
         g: hosts(members)
-        for g, members in groups.items() if g not in ("kube_control_plane", "kube_node")
+        for g, members in groups_.items() if g not in ("kube_control_plane", "kube_node")
     }
-    children["k8s_cluster"] = {"children": {g: hosts(groups[g])
+    children["k8s_cluster"] = {"children": {g: hosts(groups_[g])
                                             for g in ("kube_control_plane", "kube_node")}}
     return {"all": {"hosts": {h: {"ansible_host": v["ansible_host"]} if "ansible_host" in v
                               else None for h, v in sorted(hostvars.items())},
@@ -304,18 +223,18 @@ def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
         written.append(path)
 
     hosts = host_plans(loaded)
-    servers = [h for h in hosts if h.block.kind is not BlockKind.SWITCH]
+    servers = [h for h in hosts if h.is_server]
     hostvars = {h.node.hostname: _host_vars(loaded, h) for h in hosts}
-    groups = _groups(loaded, hosts)
-    result.groups = groups
+    groups_ = groups(loaded, hosts)
+    result.groups = groups_
     write(".provisioner-render", f"rendered by provisioner {__version__}\n")
-    write("inventory/hosts.yml", _dump(_hosts_yml(groups, hostvars)))
+    write("inventory/hosts.yml", _dump(_hosts_yml(groups_, hostvars)))
     write("inventory/group_vars/all.yml", _dump(_group_vars(loaded, lab)))
     for name, hv in sorted(hostvars.items()):
         write(f"inventory/host_vars/{name}.yml", _dump(hv))
     env = _env()
     context = {"site": loaded.site.site.name, "version": __version__, "lab": lab,
-               "servers": len(servers), "groups": groups}
+               "servers": len(servers), "groups": groups_}
     write("project/ansible.cfg", env.get_template("ansible.cfg.j2").render(**context))
     write("README.md", env.get_template("render-readme.md.j2").render(**context))
     write("env/settings", _dump({"idle_timeout": 1800}))
@@ -332,7 +251,7 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
     """
     sw = loaded.site.software
     hosts = host_plans(loaded)
-    servers = [h for h in hosts if h.block.kind is not BlockKind.SWITCH]
+    servers = [h for h in hosts if h.is_server]
     gpu = [h for h in servers if h.block.gpu is not None]
     items: list[dict[str, str]] = []
 
@@ -365,7 +284,7 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
         fm = sw.fabric_manager.version or drv.version or ""
         add("package", f"nvidia-fabricmanager-{drv.branch}", fm, "fabric_manager", nvs)
         add("package", f"nvidia-imex-{drv.branch}", "", "fabric_manager", imex)
-    roce = [h for h in servers if _has_roce(loaded, h.node)]
+    roce = [h for h in servers if has_roce(loaded, h.node)]
     if sw.doca:
         add("repository", "DOCA repository (linux.mellanox.com/public/repo/doca)", sw.doca,
             "roce_host", roce)

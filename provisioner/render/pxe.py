@@ -17,7 +17,8 @@ import yaml
 
 from provisioner.errors import RenderError
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.models import HOSTNAME_RE, MAC_RE, BlockKind, Network, NetworkKind
+from provisioner.inventory.models import HOSTNAME_RE, MAC_RE, Network, NetworkKind
+from provisioner.inventory.topology import servers
 from provisioner.render import TEMPLATES_DIR
 
 PUBLIC_KEY_RE = re.compile(
@@ -44,18 +45,15 @@ def provisioning_network(loaded: LoadedSite) -> Network:
 def boot_hosts(loaded: LoadedSite, net: Network) -> tuple[list[BootHost], list[str]]:
     """Servers with a MAC and an address on the boot network; and those that lack one."""
     hosts, missing = [], []
-    for p in loaded.site.placements:
-        block = loaded.catalog.get(p.block)
-        if block is None or block.kind is BlockKind.SWITCH:
+    for h in servers(loaded):
+        node = h.node
+        mac, addr = node.macs.get(net.name), node.addresses.get(net.name)
+        if mac is None or addr is None:
+            missing.append(node.hostname)
             continue
-        for node in p.nodes:
-            mac, addr = node.macs.get(net.name), node.addresses.get(net.name)
-            if mac is None or addr is None:
-                missing.append(node.hostname)
-                continue
-            if not HOSTNAME_RE.match(node.hostname) or not MAC_RE.match(mac):
-                raise RenderError(f"refusing to render boot data for {node.hostname!r}")
-            hosts.append(BootHost(node.hostname, mac, addr))
+        if not HOSTNAME_RE.match(node.hostname) or not MAC_RE.match(mac):
+            raise RenderError(f"refusing to render boot data for {node.hostname!r}")
+        hosts.append(BootHost(node.hostname, mac, addr))
     return sorted(hosts, key=lambda h: h.hostname), sorted(missing)
 
 

@@ -16,21 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from provisioner import bmc as bmc_mod
 from provisioner import power
 from provisioner.inventory.loader import LoadedSite
-from provisioner.render import HostPlan
-from provisioner.state import LIFECYCLE, NodeState, Phase, StateStore
-from provisioner.workflows.up import (
-    BEFORE_POWER_ON,
-    STEP_FROM,
-    blocked_racks,
-    compare_facts,
-    servers,
-    state_path,
-)
+from provisioner.inventory.topology import HostPlan, host_plans, servers
+from provisioner.lifecycle import BEFORE_POWER_ON, POWERED, Phase, steps_from
+from provisioner.state import NodeState, StateStore, state_path
+from provisioner.workflows.steps.bmc import blocked_racks, compare_facts
 
 PLAN_SCHEMA = "provisioner.plan/v1"
 STATUS_SCHEMA = "provisioner.status/v1"
-POWERED = frozenset({Phase.BOOTING, Phase.OS_READY, Phase.CONFIGURED, Phase.VERIFIED,
-                     Phase.READY})
 
 Action = Literal["add", "resume", "retry", "unchanged", "blocked", "maintenance", "unknown"]
 
@@ -130,10 +122,6 @@ def dump(report: BaseModel) -> dict[str, Any]:
     return report.model_dump(mode="json", by_alias=True)
 
 
-def _steps_from(phase: Phase) -> list[str]:
-    return [STEP_FROM[p] for p in LIFECYCLE[LIFECYCLE.index(phase):] if p in STEP_FROM]
-
-
 def _known(loaded: LoadedSite) -> tuple[list[HostPlan], dict[str, NodeState], StateStore | None]:
     path = state_path(loaded)
     store = StateStore(path) if path.exists() else None
@@ -155,15 +143,15 @@ def plan(loaded: LoadedSite, *, refresh: bool = False,
         phase = st.phase if st else None
         action: Action
         if st is None:
-            action, steps = "add", _steps_from(Phase.ENROLLED)
+            action, steps = "add", steps_from(Phase.ENROLLED)
         elif st.phase is Phase.READY:
             action, steps = "unchanged", []
         elif st.phase is Phase.MAINTENANCE:
             action, steps = "maintenance", []
         elif st.phase is Phase.FAILED:
-            action, steps = "retry", _steps_from(st.failed_phase or Phase.ENROLLED)
+            action, steps = "retry", steps_from(st.failed_phase or Phase.ENROLLED)
         else:
-            action, steps = "resume", _steps_from(st.phase)
+            action, steps = "resume", steps_from(st.phase)
         start = (st.failed_phase if st and st.phase is Phase.FAILED else phase) or Phase.ENROLLED
         reason = st.reason if st else None
         if s.placement.rack in blocked and start in BEFORE_POWER_ON:
@@ -222,15 +210,16 @@ def status(loaded: LoadedSite) -> StatusReport:
         phases[st.phase.value] = phases.get(st.phase.value, 0) + 1
     report = power.budget(loaded.site, loaded.catalog)
     racks = []
+    # A chassis draws power when it is a switch or any of its nodes was powered on.
+    chassis_on: dict[int, tuple[str, float, bool]] = {}
+    for h in host_plans(loaded):
+        rack, watts, on = chassis_on.get(id(h.placement), (h.placement.rack,
+                                                           h.block.max_power_w, False))
+        on = on or not h.is_server or (h.hostname in states
+                                       and states[h.hostname].phase in POWERED)
+        chassis_on[id(h.placement)] = (rack, watts, on)
     for rb in report.racks:
-        powered_w = 0.0
-        for p in loaded.site.placements:
-            block = loaded.catalog.get(p.block)
-            if p.rack != rb.name or block is None:
-                continue
-            on = block.kind.value == "switch" or any(
-                h.hostname in states and states[h.hostname].phase in POWERED for h in p.nodes)
-            powered_w += block.max_power_w if on else 0.0
+        powered_w = sum(w for rack, w, on in chassis_on.values() if rack == rb.name and on)
         powered_va = powered_w / rb.power_factor
         racks.append(RackPower(name=rb.name, usable_va=round(rb.usable_va, 1),
                                nameplate_w=round(rb.load_w, 1), powered_w=round(powered_w, 1),

@@ -29,6 +29,7 @@ from provisioner.render import HostPlan
 from provisioner.state import Phase, StateStore
 from provisioner.workflows import report
 from provisioner.workflows import up as up_mod
+from provisioner.workflows.steps import os as os_step
 from tests.conftest import EXAMPLE, FIXTURES, ROOT
 
 
@@ -113,7 +114,7 @@ class FakeDriver:
 @pytest.fixture(autouse=True)
 def no_ssh_answers(monkeypatch):
     """Pure logic: no node's OS ever answers (and no lab running here can answer for it)."""
-    monkeypatch.setattr(up_mod, "ssh_banner", lambda *_a, **_k: False)
+    monkeypatch.setattr(os_step, "ssh_banner", lambda *_a, **_k: False)
 
 
 @pytest.fixture

@@ -1,0 +1,383 @@
+"""The step engine: two kinds of stage, and the one fan-out in the package.
+
+A workflow (`up`, and next `add`, `upgrade`, `fabric push`) is an ordered list of stages
+over the state store:
+
+- a **node stage** runs, for each node in parallel (bounded), the step that leaves the
+  node's phase, then the next, while the node's phase has a step in the stage. Each node
+  has a deadline: one that hangs past it is failed and abandoned, the others go on. A stop
+  request lets steps in flight finish and starts no new ones.
+- a **batch stage** hands hosts to a batch runner (a playbook, an upgrade batch) in batches
+  of `serial` hosts (a number or a percentage), control planes first, and stops between
+  batches only: when the failure budget is spent or a stop was requested.
+
+Every outcome goes through the `Journal`: one state-store transaction per move (the store
+checks it against lifecycle.py), then a progress event for the console. Nothing here
+prints, knows a protocol, or knows which workflow it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from provisioner.errors import ConfigError, ProvisionerError
+from provisioner.lifecycle import MOVES, Phase
+from provisioner.state import StateStore
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------- fan-out
+
+@dataclass(frozen=True)
+class Done(Generic[T]):
+    """How one item of a fan-out ended."""
+
+    key: str
+    value: T | None = None
+    error: BaseException | None = None
+    started: bool = True
+    timed_out: bool = False
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.started and not self.timed_out and self.error is None
+
+
+def fan_out(keys: Sequence[str], work: Callable[[str], T], *, concurrency: int,
+            deadline_s: float | None = None, stop: threading.Event | None = None,
+            on_start: Callable[[str], None] | None = None,
+            on_done: Callable[[Done[T]], None] | None = None) -> list[Done[T]]:
+    """Run `work(key)` for every key, at most `concurrency` at once; results in key order.
+
+    Workers are daemon threads rather than a ThreadPoolExecutor, whose threads are joined
+    at exit: an item that hangs past `deadline_s` (a BMC that never answers) is marked
+    timed out and abandoned, a fresh worker takes its slot, and it never holds up the
+    others or the process exit. With `stop` set, items not yet started end unstarted.
+    `on_done` is called exactly once per key, from a worker or the watchdog.
+    """
+    if not keys:
+        return []
+    results: dict[str, Done[T]] = {}
+    claimed: set[str] = set()
+    started: dict[str, float] = {}
+    callback_errors: list[BaseException] = []
+    lock = threading.Lock()
+    all_done = threading.Event()
+    work_q: queue.Queue[str] = queue.Queue()
+    for k in keys:
+        work_q.put(k)
+
+    def finish(done: Done[T]) -> None:
+        with lock:
+            if done.key in claimed:  # already timed out by the watchdog
+                return
+            claimed.add(done.key)
+        try:  # the callback runs before the item counts as done: the caller sees its effect
+            if on_done:
+                on_done(done)
+        except Exception as exc:  # a bug in the callback: raised to the caller at the end
+            callback_errors.append(exc)
+        finally:
+            with lock:
+                results[done.key] = done
+                if len(results) == len(keys):
+                    all_done.set()
+
+    def worker() -> None:
+        while True:
+            try:
+                key = work_q.get_nowait()
+            except queue.Empty:
+                return
+            if stop is not None and stop.is_set():
+                finish(Done(key, started=False))
+                continue
+            t0 = time.monotonic()
+            with lock:
+                started[key] = t0
+            try:
+                if on_start:
+                    on_start(key)
+                value = work(key)
+            except Exception as exc:  # the item's failure; the fan-out goes on
+                finish(Done(key, error=exc, elapsed_s=time.monotonic() - t0))
+            else:
+                finish(Done(key, value=value, elapsed_s=time.monotonic() - t0))
+
+    def spawn() -> None:
+        threading.Thread(target=worker, daemon=True, name="fan-out").start()
+
+    for _ in range(max(1, min(concurrency, len(keys)))):
+        spawn()
+    while not all_done.wait(timeout=0.05):
+        if deadline_s is None:
+            continue
+        now = time.monotonic()
+        with lock:
+            overdue = [k for k, t0 in started.items()
+                       if k not in claimed and now - t0 > deadline_s]
+        for key in overdue:
+            finish(Done(key, timed_out=True, elapsed_s=now - started[key]))
+            if not work_q.empty():
+                spawn()  # the abandoned worker is stuck: keep the pool at its size
+    if callback_errors:
+        raise callback_errors[0]
+    return [results[k] for k in keys]
+
+
+# ---------------------------------------------------------------- the journal
+
+@dataclass(frozen=True)
+class Progress:
+    """One thing that happened, for the console (live table, plain lines or JSON lines)."""
+
+    node: str | None
+    step: str
+    status: str  # start | ok | failed | note | task | interrupted
+    detail: str = ""
+    at: float = field(default_factory=time.time)
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+@dataclass
+class NodeOutcome:
+    hostname: str
+    start_phase: Phase
+    phase: Phase
+    failed_phase: Phase | None = None
+    reason: str | None = None
+    steps: list[str] = field(default_factory=list)
+
+
+class StepFailed(Exception):
+    """A node's step failed; the message is the reason recorded for it."""
+
+
+class StepInterrupted(Exception):
+    """A stop was requested before this step started or while it waited."""
+
+
+def summary(detail: Mapping[str, Any] | None) -> str:
+    """A step's detail in one line for the console."""
+    if not detail:
+        return ""
+    keys = ("boot", "power", "ssh", "waited_s", "changed", "simulated", "gpus")
+    parts = [f"{k}={detail[k]}" for k in keys if k in detail]
+    parts += [str(n) for n in detail.get("not_verified", [])]
+    parts += [str(n) for n in detail.get("notes", [])]
+    return ", ".join(parts)
+
+
+class Journal:
+    """Each node's outcome in this run: state-store transactions, then progress events.
+    Safe from worker threads; a node abandoned at its deadline takes no later move."""
+
+    def __init__(self, store: StateStore, run_id: int, emit: ProgressFn | None) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.emit: ProgressFn = emit or (lambda _p: None)
+        self.outcomes: dict[str, NodeOutcome] = {}
+        self.interrupted: set[str] = set()
+        self._abandoned: set[str] = set()
+        self._lock = threading.Lock()
+
+    def load(self, hosts: Iterable[str]) -> None:
+        """Start each host's outcome from its recorded state."""
+        for host in hosts:
+            st = self.store.node(host)
+            self.outcomes[host] = NodeOutcome(host, st.phase, st.phase, st.failed_phase,
+                                              st.reason)
+
+    def phase(self, host: str) -> Phase:
+        return self.outcomes[host].phase
+
+    def move(self, host: str, to: Phase, step: str, detail: dict[str, Any] | None = None,
+             reason: str | None = None) -> None:
+        with self._lock:
+            if host in self._abandoned:
+                return
+            st = self.store.transition(host, to, run_id=self.run_id, reason=reason,
+                                       detail=detail)
+            out = self.outcomes[host]
+            out.phase, out.failed_phase, out.reason = st.phase, st.failed_phase, st.reason
+            if to is not Phase.FAILED:
+                out.steps.append(step)
+        self.emit(Progress(host, step, "failed" if to is Phase.FAILED else "ok",
+                           reason or summary(detail)))
+
+    def restart(self, host: str, to: Phase, detail: dict[str, Any]) -> None:
+        """A failed node is retried: it starts this run from `to` (no step ran)."""
+        st = self.store.transition(host, to, run_id=self.run_id, detail=detail)
+        out = self.outcomes[host]
+        out.phase, out.failed_phase, out.reason = st.phase, None, None
+        out.start_phase = st.phase
+
+    def fail(self, host: str, step: str, reason: str) -> None:
+        self.move(host, Phase.FAILED, step, {"step": step}, reason=reason)
+
+    def abandon(self, host: str, step: str, reason: str) -> None:
+        """Fail a node whose step outran its deadline; its worker's later moves are dropped."""
+        self.fail(host, step, reason)
+        with self._lock:
+            self._abandoned.add(host)
+
+    def stopped(self, host: str, step: str, detail: str) -> None:
+        """The node's step was not run or not finished because a stop was requested."""
+        with self._lock:
+            self.interrupted.add(host)
+        self.store.record(host, "interrupted", {"step": step, "detail": detail},
+                          run_id=self.run_id)
+        self.emit(Progress(host, step, "interrupted", detail))
+
+    def note(self, host: str | None, step: str, kind: str, text: str) -> None:
+        self.store.record(host, kind, {"step": step, "note": text}, run_id=self.run_id)
+        self.emit(Progress(host, step, "note", text))
+
+
+# ---------------------------------------------------------------- stages
+
+class NodeStep(Protocol):
+    """A step that leaves `source` for its lifecycle target, for one node at a time."""
+
+    name: str
+    source: Phase
+
+    def __call__(self, host: str, session: Any) -> dict[str, Any]: ...
+
+
+def target_of(step: NodeStep) -> Phase:
+    """Where the lifecycle says this step takes a node."""
+    for m in MOVES:
+        if m.source is step.source and m.step == step.name:
+            return m.target
+    raise ConfigError(f"the lifecycle has no step {step.name!r} from {step.source.value}")
+
+
+Session = Callable[[str], contextlib.AbstractContextManager[Any]]
+
+
+@contextlib.contextmanager
+def _no_session(_host: str) -> Iterator[None]:
+    yield None
+
+
+@dataclass
+class NodeStage:
+    """Per-node steps, nodes in parallel; `session(host)` holds what a node's steps share
+    (a BMC connection), opened once per node and closed when its steps end."""
+
+    steps: Sequence[NodeStep]
+    concurrency: int
+    deadline_s: float | None = None
+    session: Session = _no_session
+
+    def run(self, journal: Journal, hosts: Sequence[str], stop: threading.Event) -> None:
+        by_phase = {s.source: s for s in self.steps}
+        todo = [h for h in hosts if journal.phase(h) in by_phase]
+
+        def current(host: str) -> str:
+            step = by_phase.get(journal.phase(host))
+            return step.name if step else "-"
+
+        def work(host: str) -> None:
+            with self.session(host) as session:
+                while (step := by_phase.get(journal.phase(host))) is not None:
+                    if stop.is_set():
+                        raise StepInterrupted
+                    journal.emit(Progress(host, step.name, "start"))
+                    journal.move(host, target_of(step), step.name, step(host, session))
+
+        def done(d: Done[None]) -> None:
+            step = current(d.key)
+            if d.ok:
+                return
+            if not d.started:
+                journal.stopped(d.key, step, "not started")
+            elif d.timed_out:
+                journal.abandon(d.key, step, f"no result after {self.deadline_s:g} s "
+                                "(the node's deadline); abandoned, the others went on")
+            elif isinstance(d.error, StepInterrupted):
+                journal.stopped(d.key, step, "stopped before it finished")
+            elif isinstance(d.error, StepFailed | ProvisionerError):
+                journal.fail(d.key, step, str(d.error))
+            else:  # a bug or an unexpected library error: this node only
+                journal.fail(d.key, step,
+                             f"unexpected {type(d.error).__name__}: {d.error}"[:300])
+
+        fan_out(todo, work, concurrency=self.concurrency, deadline_s=self.deadline_s,
+                stop=stop, on_done=done)
+
+
+def batches(hosts: Sequence[str], serial: int | str, first: Iterable[str] = ()
+            ) -> list[list[str]]:
+    """Split hosts into batches of `serial` (a number, or 'P%' of the hosts, at least one),
+    the `first` ones (control planes) leading, as Ansible's `serial` does."""
+    lead = set(first)
+    ordered = [h for h in hosts if h in lead] + [h for h in hosts if h not in lead]
+    size = batch_size(serial, len(ordered))
+    return [ordered[i:i + size] for i in range(0, len(ordered), size)]
+
+
+def batch_size(serial: int | str, total: int) -> int:
+    """The hosts per batch for a number or a percentage of `total` (never below one)."""
+    if isinstance(serial, str):
+        text = serial.strip()
+        try:
+            if text.endswith("%"):
+                pct = float(text[:-1])
+                if not 0 < pct <= 100:
+                    raise ValueError(text)
+                return max(1, int(total * pct / 100))
+            serial = int(text)
+        except ValueError:
+            raise ConfigError(f"batch size {serial!r} is neither a number nor a percentage",
+                              hint="for example 5 or 20%") from None
+    if serial < 1:
+        raise ConfigError(f"batch size {serial} must be at least 1")
+    return serial
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What a batch stage did: the batches it ran, and why it stopped early (if it did)."""
+
+    ran: list[list[str]]
+    stopped: str | None
+
+
+@dataclass
+class BatchStage:
+    """Hosts in batches handed to `run_batch`, which records each host's outcome in the
+    journal. Stops only between batches: when `max_failures` failed hosts are reached in
+    this stage, or a stop was requested; a batch in flight always finishes."""
+
+    source: Phase
+    run_batch: Callable[[list[str]], None]
+    serial: int | str
+    first: Sequence[str] = ()
+    max_failures: int | None = None
+
+    def run(self, journal: Journal, hosts: Sequence[str], stop: threading.Event
+            ) -> BatchOutcome:
+        todo = [h for h in hosts if journal.phase(h) is self.source]
+        ran: list[list[str]] = []
+        for batch in batches(todo, self.serial, self.first):
+            if stop.is_set():
+                return BatchOutcome(ran, "stop requested")
+            failed = sum(journal.phase(h) is Phase.FAILED for b in ran for h in b)
+            if self.max_failures is not None and failed >= self.max_failures:
+                return BatchOutcome(ran, f"failure budget spent: {failed} failed, "
+                                    f"{self.max_failures} allowed")
+            self.run_batch(batch)
+            ran.append(batch)
+        return BatchOutcome(ran, None)

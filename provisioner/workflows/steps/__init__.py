@@ -1,0 +1,32 @@
+"""Small steps the workflows are made of. Each module holds the steps of one kind of work
+(bmc: inspect and boot through the BMC; os: wait for the installed OS; ansible: a playbook
+over a batch of hosts; verify: the health gate and ready). A step reads what it needs from
+the `Context` of its run and returns the detail recorded with its move."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.topology import HostPlan
+from provisioner.workflows.engine import Journal
+
+
+@dataclass
+class Context:
+    """What the steps of one run share. `lab` is decided once, by the caller."""
+
+    loaded: LoadedSite
+    env: Mapping[str, str]
+    journal: Journal
+    stop: threading.Event
+    plans: Mapping[str, HostPlan]
+    lab: bool
+    work_dir: Path  # the state store's directory: the rendered project goes beside it
+    project_dir: Path | None = None
+    ansible_s: float = 0.0
+    artifact_dirs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)

@@ -1,0 +1,92 @@
+"""Ansible step: a playbook of the rendered project over one batch of hosts, each host's
+outcome recorded from ansible-runner's per-host result."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provisioner import render as render_mod
+from provisioner import runner as runner_mod
+from provisioner.lifecycle import Phase
+from provisioner.workflows.engine import Progress
+from provisioner.workflows.steps import Context
+
+
+def project(ctx: Context) -> Path:
+    """The rendered project for this run (rendered once, on first use, beside the state)."""
+    if ctx.project_dir is None:
+        ctx.project_dir = render_mod.render(ctx.loaded, ctx.work_dir / "ansible",
+                                            lab=ctx.lab).out
+    return ctx.project_dir
+
+
+def playbook_detail(result: runner_mod.RunResult, host: str) -> dict[str, Any]:
+    """What a playbook did on one host: counts, and the checks it could not make."""
+    stats = result.hosts.get(host)
+    mine = [e for e in result.events if e.host == host]
+    detail: dict[str, Any] = {
+        "playbook": result.playbook,
+        "changed": len([e for e in mine if e.status == "changed" and not e.check_mode]),
+        "simulated": len([e for e in mine if e.check_mode]),
+        "ok": stats.ok if stats else 0,
+    }
+    not_verified = [e.message for e in mine if e.message.startswith("not verified:")]
+    if not_verified:
+        detail["not_verified"] = not_verified
+    checks_ok = [e.task for e in mine if e.task.startswith("Verify") and e.status == "ok"]
+    if checks_ok:
+        detail["checks"] = checks_ok
+    return detail
+
+
+@dataclass
+class Playbook:
+    """A batch runner for the engine's batch stage: `playbook` over the batch, moving each
+    host that passed from `source` to `target` through `step`."""
+
+    ctx: Context
+    playbook: str
+    step: str
+    source: Phase
+    target: Phase
+    forks: int
+
+    def __call__(self, batch: list[str]) -> None:
+        ctx = self.ctx
+        proj = project(ctx)
+        for h in batch:
+            ctx.journal.emit(Progress(h, self.step, "start", self.playbook))
+
+        def on_task(ev: runner_mod.TaskEvent) -> None:
+            ctx.journal.emit(Progress(ev.host, self.step, "task", f"{ev.status}: {ev.task}"
+                                      + (f" - {ev.message}" if ev.message else "")))
+
+        t0 = time.monotonic()
+        result = runner_mod.run_playbook(proj, self.playbook, limit=",".join(batch),
+                                         forks=self.forks, on_event=on_task,
+                                         cancel=ctx.stop.is_set)
+        ctx.ansible_s += time.monotonic() - t0
+        ctx.artifact_dirs.append(result.artifact_dir)
+        self.apply(result, batch)
+
+    def apply(self, result: runner_mod.RunResult, batch: list[str]) -> None:
+        journal, step = self.ctx.journal, self.step
+        for h in batch:
+            failures = [e for e in result.failures if e.host == h]
+            if failures:
+                first = failures[0]
+                journal.fail(h, step, f"{first.status} at '{first.task}': {first.message}"
+                             f" (log: {result.artifact_dir})")
+            elif result.status == "canceled" or self.ctx.stop.is_set():
+                journal.stopped(h, step, "playbook stopped")
+            elif not result.ok and not result.failures:
+                journal.fail(h, step, f"{result.playbook} ended {result.status} (rc "
+                             f"{result.rc}) without a task failure; see {result.artifact_dir}")
+            elif not result.ok and result.aborted:
+                journal.note(h, step, "not_finished", "the playbook stopped after another "
+                             "host failed; this node runs again next time")
+            else:
+                journal.move(h, self.target, step, playbook_detail(result, h))

@@ -1,0 +1,157 @@
+"""BMC steps: the rack budget gate, inspect (facts against the building block) and boot
+(one-time PXE or virtual media, then power on). Protocol details stay in provisioner.bmc."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner import bmc as bmc_mod
+from provisioner import power
+from provisioner.bmc import BmcDriver, BmcTarget, BootDevice, PowerAction, PowerState
+from provisioner.bmc.base import HardwareFacts
+from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.topology import HostPlan
+from provisioner.lifecycle import BEFORE_POWER_ON, STEP_FROM, Phase
+from provisioner.workflows.engine import Session, StepFailed
+from provisioner.workflows.steps import Context
+
+
+def compare_facts(server: HostPlan, facts: HardwareFacts) -> tuple[list[str], list[str]]:
+    """(problems, notes) from what the BMC reports against the declared building block.
+    Facts a BMC does not report are notes, not problems (many report no GPUs)."""
+    problems: list[str] = []
+    notes: list[str] = []
+    want_gpus = server.block.gpu.count if server.block.gpu else 0
+    if facts.gpus:
+        if facts.gpu_count != want_gpus:
+            problems.append(f"the BMC reports {facts.gpu_count} GPU(s); block "
+                            f"{server.block.name} has {want_gpus}")
+    elif want_gpus:
+        notes.append("the BMC reports no GPU inventory; GPUs are counted at verify")
+    declared = {m.lower(): net for net, m in server.node.macs.items()}
+    reported = {m.lower() for m in facts.macs}
+    if declared and reported:
+        for mac, net in sorted(declared.items()):
+            if mac not in reported:
+                problems.append(f"MAC {mac} ({net}) is not among the BMC's NICs "
+                                f"({', '.join(sorted(reported))})")
+    elif declared:
+        notes.append("the BMC reports no NIC MACs; the declared MACs are not checked")
+    return problems, notes
+
+
+def blocked_racks(loaded: LoadedSite) -> dict[str, str]:
+    """Racks whose feeds or cooling cannot carry what is placed in them -> why."""
+    report = power.budget(loaded.site, loaded.catalog)
+    return {r.name: "; ".join(f.message for f in r.failures)
+            for r in report.racks if any(f.check in ("power", "cooling") for f in r.failures)}
+
+
+def budget_gate(ctx: Context, hosts: Sequence[str]) -> None:
+    """Refuse to power on nodes in a rack whose feeds or cooling cannot carry it."""
+    blocked = blocked_racks(ctx.loaded)
+    for host in hosts:
+        phase = ctx.journal.phase(host)
+        why = blocked.get(ctx.plans[host].placement.rack)
+        if why and phase in BEFORE_POWER_ON:
+            ctx.journal.fail(host, STEP_FROM[phase], f"not powered on: rack "
+                             f"{ctx.plans[host].placement.rack} is over budget ({why})")
+
+
+class _Driver:
+    """A node's BMC connection, opened on first use (only the BMC steps need one)."""
+
+    def __init__(self, target: BmcTarget | None,
+                 make_driver: Callable[[BmcTarget], BmcDriver]) -> None:
+        self.target = target
+        self.make_driver = make_driver
+        self._driver: BmcDriver | None = None
+
+    def get(self) -> BmcDriver | None:
+        if self._driver is None and self.target is not None:
+            self._driver = self.make_driver(self.target)
+            self._driver.validate()
+        return self._driver
+
+    def close(self) -> None:
+        if self._driver is not None:
+            with contextlib.suppress(Exception):  # closing is best effort
+                self._driver.close()
+
+
+def driver_session(ctx: Context, hosts: Sequence[str], request_timeout_s: float,
+                   make_driver: Callable[[BmcTarget], BmcDriver]) -> Session:
+    """Per node: its BMC driver (None for a node without a BMC), closed after its steps.
+    Credentials are resolved once for all nodes, before any thread starts."""
+    need = [h for h in hosts if ctx.journal.phase(h) in BEFORE_POWER_ON
+            and ctx.plans[h].node.bmc is not None]
+    targets = {t.node: t for t in bmc_mod.targets(
+        ctx.loaded, ctx.env, ",".join(need), request_timeout_s=request_timeout_s)
+        } if need else {}
+
+    @contextlib.contextmanager
+    def session(host: str) -> Iterator[_Driver]:
+        drv = _Driver(targets.get(host), make_driver)
+        try:
+            yield drv
+        finally:
+            drv.close()
+
+    return session
+
+
+@dataclass
+class Inspect:
+    """enrolled -> inspected: the BMC's hardware facts must match the building block."""
+
+    ctx: Context
+    name: str = "inspect"
+    source: Phase = Phase.ENROLLED
+
+    def __call__(self, host: str, session: _Driver) -> dict[str, Any]:
+        driver = session.get()
+        if driver is None:
+            self.ctx.journal.note(host, self.name, "no_bmc", "no BMC: inspect and boot "
+                                  "skipped; the OS must already be installed")
+            return {"bmc": False}
+        facts = driver.hardware_facts()
+        problems, notes = compare_facts(self.ctx.plans[host], facts)
+        if problems:
+            raise StepFailed("hardware does not match the inventory: " + "; ".join(problems))
+        return {"vendor": facts.vendor, "model": facts.model, "serial": facts.serial,
+                "gpus": facts.gpu_count, "macs": list(facts.macs),
+                "power": facts.power_state.value, "notes": notes}
+
+
+@dataclass
+class Boot:
+    """inspected -> booting: one-time PXE (or virtual media), then power on from off."""
+
+    ctx: Context
+    power_timeout_s: float
+    name: str = "boot"
+    source: Phase = Phase.INSPECTED
+
+    def __call__(self, host: str, session: _Driver) -> dict[str, Any]:
+        driver = session.get()
+        if driver is None:
+            return {"bmc": False}
+        node = self.ctx.plans[host].node
+        prov = self.ctx.loaded.site.provisioning
+        method = node.boot or prov.boot
+        device = BootDevice.PXE
+        if method == "virtual_media":
+            if not prov.iso_url:
+                raise StepFailed("boot: virtual_media but provisioning.iso_url is not set")
+            driver.insert_virtual_media(prov.iso_url)
+            device = BootDevice.CD
+        setting = driver.set_boot_device(device, persistent=False)
+        was = driver.get_power_state()
+        if was is not PowerState.OFF:  # a running node boots its installer only from off
+            driver.set_power(PowerAction.OFF, self.power_timeout_s)
+        driver.set_power(PowerAction.ON, self.power_timeout_s)
+        return {"boot": method, "device": setting.device.value, "verified": setting.verified,
+                "was": was.value, "power": "on"}
