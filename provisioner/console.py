@@ -6,7 +6,6 @@ The core returns data; only this module decides how it looks. Errors go to stder
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import threading
@@ -20,6 +19,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from provisioner import results
 from provisioner.errors import ProvisionerError
 from provisioner.inventory.findings import Finding, Severity
 from provisioner.inventory.models import BlockType
@@ -244,18 +244,6 @@ class Console:
 
         yield show
 
-    @staticmethod
-    def run_result_json(result: RunResult) -> dict[str, Any]:
-        return {
-            "schema": "provisioner.run/v1", "playbook": result.playbook, "ok": result.ok,
-            "status": result.status, "rc": result.rc,
-            "hosts": {h: dataclass_dict(s) for h, s in result.hosts.items()},
-            "failures": [dataclass_dict(e) for e in result.failures],
-            "real_changes": len(result.real_changes),
-            "simulated": sorted({e.task for e in result.simulated}),
-            "artifact_dir": result.artifact_dir,
-        }
-
     def run_result(self, result: RunResult) -> None:
         table = Table(title=f"{result.playbook}: {result.status}", title_justify="left")
         for col in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
@@ -285,9 +273,7 @@ class Console:
         lock = threading.Lock()
         if json_events:
             def as_json(p: UpProgress) -> None:
-                line = json.dumps({"schema": "provisioner.up-event/v1", "at": round(p.at, 3),
-                                   "node": p.node, "step": p.step, "status": p.status,
-                                   "detail": p.detail})
+                line = json.dumps(results.dump(results.up_event(p)))
                 with lock:
                     sys.stdout.write(line + "\n")
                     sys.stdout.flush()
@@ -333,21 +319,6 @@ class Console:
         with Live(get_renderable=table, console=self.err, refresh_per_second=4,
                   transient=False):
             yield update
-
-    @staticmethod
-    def up_result_json(result: UpResult) -> dict[str, Any]:
-        return {
-            "schema": "provisioner.up/v1", "site": result.site, "ok": result.ok,
-            "lab": result.lab, "run_id": result.run_id, "interrupted": result.interrupted,
-            "nothing_to_do": result.nothing_to_do, "elapsed_s": round(result.elapsed_s, 2),
-            "ansible_s": round(result.ansible_s, 2), "state_path": str(result.state_path),
-            "project_dir": str(result.project_dir) if result.project_dir else None,
-            "artifact_dirs": result.artifact_dirs, "notes": result.notes,
-            "nodes": [{"hostname": n.hostname, "start_phase": n.start_phase.value,
-                       "phase": n.phase.value,
-                       "failed_phase": n.failed_phase.value if n.failed_phase else None,
-                       "reason": n.reason, "steps": n.steps} for n in result.nodes],
-        }
 
     def up_result(self, result: UpResult) -> None:
         if result.nothing_to_do and not result.interrupted:
@@ -419,10 +390,6 @@ class Console:
             last = report.runs[0]
             self.out.print(f"last run #{last.id}: {last.command} started {last.started_at}, "
                            f"{last.status}")
-
-
-def dataclass_dict(obj: Any) -> dict[str, Any]:
-    return dataclasses.asdict(obj)
 
 
 def _describe(value: Any) -> str:

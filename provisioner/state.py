@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import StateError
-from provisioner.inventory.loader import LoadedSite
 from provisioner.lifecycle import LIFECYCLE, Phase, allowed, next_phase
 
 __all__ = ["LIFECYCLE", "SCHEMA_VERSION", "Event", "NodeState", "Phase", "StateStore",
-           "next_phase", "state_path"]
+           "next_phase"]
 
 
 SCHEMA_VERSION = 1
@@ -303,13 +302,6 @@ class StateStore:
                     problems.append(f"{host}: phase {phase} but last event says "
                                     f"{last[0] if last else None}")
         return problems
-
-
-def state_path(loaded: LoadedSite) -> Path:
-    """The site's state store. The lab is a separate, throwaway site: its nodes' state
-    lives with the lab and goes when `provision lab down` removes it."""
-    base = loaded.base_dir.resolve() / ".provision"
-    return base / "lab" / "state.db" if loaded.lab_hosts else base / "state.db"
 
 
 def _node(row: Sequence[Any]) -> NodeState:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from enum import StrEnum
@@ -11,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from provisioner import bmc as bmc_mod
+from provisioner import results as results_mod
 from provisioner.bmc import BootDevice, BootMode, PowerAction
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.errors import ExitCode
@@ -29,12 +29,6 @@ RequestTimeoutOpt = Annotated[float, typer.Option(
     "--request-timeout", min=0.5, help="Seconds for one BMC request.")]
 
 
-def _result_json(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return value
-
-
 def _run(operation: str, site: Any, limit: str | None, json_out: bool, concurrency: int,
          timeout_s: float, request_timeout_s: float, op: Callable[[Any], Any]) -> None:
     loaded = load(resolve_site(site))
@@ -45,13 +39,8 @@ def _run(operation: str, site: Any, limit: str | None, json_out: bool, concurren
                                    node_timeout_s=timeout_s, progress=progress)
     failed = [r for r in results if not r.ok]
     if json_out:
-        out.emit_json({
-            "schema": "provisioner.bmc/v1", "operation": operation, "site": loaded.site.site.name,
-            "ok": not failed,
-            "nodes": [{"node": r.node, "ok": r.ok, "result": _result_json(r.value),
-                       "error": r.error, "error_kind": r.error_kind,
-                       "elapsed_s": round(r.elapsed_s, 3)} for r in results],
-        })
+        out.emit_json(results_mod.dump(results_mod.bmc_report(operation,
+                                                              loaded.site.site.name, results)))
     else:
         out.bmc_results(operation, results)
     raise typer.Exit(int(ExitCode.BMC if failed else ExitCode.OK))

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from provisioner import lab as lab_mod
+from provisioner import results
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.errors import ExitCode
 from provisioner.inventory import load
@@ -33,7 +34,8 @@ def up(site: SiteArg = None,
     state = lab_mod.up(loaded, latency_ms=latency_ms, ssh_hosts=ssh_hosts)
     out = console(json_out)
     if json_out:
-        out.emit_json({"schema": "provisioner.lab/v1", "running": True, **state.to_json()})
+        out.emit_json(results.dump(results.lab_report(state.site, state,
+                                                      with_liveness=False)))
     else:
         out.lab_state(state, lab_mod.lab_dir(loaded))
 
@@ -59,16 +61,14 @@ def status(site: SiteArg = None, json_out: JsonOpt = False) -> None:
     out = console(json_out)
     if state is None:
         if json_out:
-            out.emit_json({"schema": "provisioner.lab/v1", "running": False})
+            out.emit_json(results.dump(results.lab_report(loaded.site.site.name, None,
+                                                          with_liveness=True)))
         else:
             out.info("no lab is running for this site (`provision lab up` starts one)")
         raise typer.Exit(int(ExitCode.CONFIG))
     alive = all(p.alive() for p in state.processes)
     if json_out:
-        doc = state.to_json()
-        for proc, entry in zip(state.processes, doc["processes"], strict=True):
-            entry["alive"] = proc.alive()
-        out.emit_json({"schema": "provisioner.lab/v1", "running": alive, **doc})
+        out.emit_json(results.dump(results.lab_report(state.site, state, with_liveness=True)))
     else:
         out.lab_state(state, lab_mod.lab_dir(loaded))
     raise typer.Exit(int(ExitCode.OK if alive else ExitCode.BMC))

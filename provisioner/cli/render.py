@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from provisioner import results
 from provisioner import render as render_mod
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.inventory import load
@@ -30,16 +31,17 @@ def render(site: SiteArg = None,
     if artifacts:
         items = render_mod.artifacts(loaded)
         if json_out:
-            out_con.emit_json({"schema": "provisioner.artifacts/v1",
-                               "site": loaded.site.site.name, "artifacts": items})
+            out_con.emit_json(results.dump(results.ArtifactsReport(
+                site=loaded.site.site.name,
+                artifacts=[results.Artifact.model_validate(i) for i in items])))
         else:
             out_con.artifacts(items)
         return
     target = out or loaded.base_dir / ".provision" / "ansible"
     result = render_mod.render(loaded, target, lab=lab)
     if json_out:
-        out_con.emit_json({"schema": "provisioner.render/v1", "out": str(result.out),
-                           "files": len(result.files), "groups": result.groups})
+        out_con.emit_json(results.dump(results.RenderReport(
+            out=str(result.out), files=len(result.files), groups=result.groups)))
     else:
         out_con.info(f"rendered {len(result.files)} files to {result.out}")
         for group, hosts in result.groups.items():

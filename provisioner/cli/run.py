@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from provisioner import render as render_mod
+from provisioner import results
 from provisioner import runner as runner_mod
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.errors import ExitCode
@@ -37,7 +38,7 @@ def run(site: SiteArg = None,
         result = runner_mod.run_playbook(target, playbook, limit=limit, tags=tags,
                                          check=check, forks=forks, on_event=on_event)
     if json_out:
-        out.emit_json(out.run_result_json(result))
+        out.emit_json(results.dump(results.run_report(result)))
     else:
         out.run_result(result)
     raise typer.Exit(int(ExitCode.OK if result.ok else ExitCode.PLAYBOOK))

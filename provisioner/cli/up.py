@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from provisioner import profile, results
 from provisioner.cli.common import (
     JsonOpt,
     SiteArg,
@@ -73,15 +74,17 @@ def up(site: SiteArg = None,
         limit=limit, from_phase=Phase(from_phase.value) if from_phase else None, forks=forks,
         concurrency=concurrency, os_timeout_s=os_timeout, playbook=playbook,
         verify_playbook=verify_playbook, request_timeout_s=request_timeout)
+    prof = profile.for_site(loaded)
     out = console(json_out or json_events)
     hosts = [s.hostname for s in up_mod.servers(loaded)]
     notice = ("stopping: steps in flight finish and are recorded (Ctrl-C again to abort "
               "now); `provision up` resumes")
     with graceful_stop(notice) as stop, out.up_progress(
             hosts, live=False if no_progress else None, json_events=json_events) as progress:
-        result = up_mod.up(loaded, os.environ, opts, progress=progress, stop=stop)
+        result = up_mod.up(loaded, os.environ, opts, progress=progress, stop=stop,
+                           profile=prof)
     if json_out or json_events:
-        out.emit_json(out.up_result_json(result))
+        out.emit_json(results.dump(results.up_report(result)))
     else:
         out.up_result(result)
     code = (ExitCode.INTERRUPTED if result.interrupted
@@ -97,10 +100,11 @@ def plan(site: SiteArg = None,
          json_out: JsonOpt = False) -> None:
     """What `provision up` would do now, per node: add, resume, retry, unchanged, blocked."""
     loaded = load(resolve_site(site))
-    rep = report_mod.plan(loaded, refresh=refresh, env=os.environ)
+    rep = report_mod.plan(loaded, refresh=refresh, env=os.environ,
+                          profile=profile.for_site(loaded))
     out = console(json_out)
     if json_out:
-        out.emit_json(report_mod.dump(rep))
+        out.emit_json(results.dump(rep))
     else:
         out.plan(rep)
 
@@ -109,9 +113,9 @@ def plan(site: SiteArg = None,
 def status(site: SiteArg = None, json_out: JsonOpt = False) -> None:
     """Every node's phase, when it last changed, failures with reasons, rack power in use."""
     loaded = load(resolve_site(site))
-    rep = report_mod.status(loaded)
+    rep = report_mod.status(loaded, profile.for_site(loaded))
     out = console(json_out)
     if json_out:
-        out.emit_json(report_mod.dump(rep))
+        out.emit_json(results.dump(rep))
     else:
         out.status(rep)

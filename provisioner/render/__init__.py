@@ -34,6 +34,7 @@ from provisioner.inventory.topology import (
     has_roce,
     host_plans,
 )
+from provisioner.profile import for_site
 
 __all__ = ["HostPlan", "Rendered", "ansible_host", "artifacts", "group_name", "host_plans",
            "kernel_modules_for", "render"]
@@ -82,13 +83,12 @@ def pfc_vector(priority: int) -> str:
     return ",".join("1" if i == priority else "0" for i in range(8))
 
 
-def _group_vars(loaded: LoadedSite, lab: bool) -> dict[str, Any]:
+def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
     site, sw = loaded.site, loaded.site.software
     drv = sw.nvidia_driver
     roce = sw.roce
     data: dict[str, Any] = {
         "provisioner_site": site.site.name,
-        "provisioner_lab": lab,
         "provisioner_os": sw.os,
         "provisioner_networks": {n.name: {"cidr": str(n.cidr), "kind": n.kind.value,
                                           "mtu": n.mtu, "vlan": n.vlan}
@@ -206,7 +206,8 @@ def _env() -> jinja2.Environment:
 
 
 def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
-    """Write the private data dir. `out` is replaced (it must be empty or a former render)."""
+    """Write the private data dir. `out` is replaced (it must be empty or a former render).
+    For the lab, ansible.cfg skips the tasks a lab host cannot do (profile.LAB_SKIP_TAGS)."""
     if out.exists():
         if out.is_dir() and any(out.iterdir()) and not (out / ".provisioner-render").exists():
             raise RenderError(f"{out} is not empty and not a former render",
@@ -229,11 +230,12 @@ def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
     result.groups = groups_
     write(".provisioner-render", f"rendered by provisioner {__version__}\n")
     write("inventory/hosts.yml", _dump(_hosts_yml(groups_, hostvars)))
-    write("inventory/group_vars/all.yml", _dump(_group_vars(loaded, lab)))
+    write("inventory/group_vars/all.yml", _dump(_group_vars(loaded)))
     for name, hv in sorted(hostvars.items()):
         write(f"inventory/host_vars/{name}.yml", _dump(hv))
     env = _env()
     context = {"site": loaded.site.site.name, "version": __version__, "lab": lab,
+               "skip_tags": for_site(loaded, lab=lab).skip_tags,
                "servers": len(servers), "groups": groups_}
     write("project/ansible.cfg", env.get_template("ansible.cfg.j2").render(**context))
     write("README.md", env.get_template("render-readme.md.j2").render(**context))

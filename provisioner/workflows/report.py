@@ -9,29 +9,29 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from provisioner import bmc as bmc_mod
 from provisioner import power
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import HostPlan, host_plans, servers
 from provisioner.lifecycle import BEFORE_POWER_ON, POWERED, Phase, steps_from
-from provisioner.state import NodeState, StateStore, state_path
+from provisioner.profile import Profile, for_site
+from provisioner.results import Out, dump
+from provisioner.state import NodeState, StateStore
 from provisioner.workflows.steps.bmc import blocked_racks, compare_facts
 
 PLAN_SCHEMA = "provisioner.plan/v1"
 STATUS_SCHEMA = "provisioner.status/v1"
+__all__ = ["PlanReport", "StatusReport", "dump", "json_schemas", "plan", "status"]
 
 Action = Literal["add", "resume", "retry", "unchanged", "blocked", "maintenance", "unknown"]
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-class BmcView(_Out):
+class BmcView(Out):
     """What the BMC said with --refresh."""
 
     power: str | None
@@ -40,7 +40,7 @@ class BmcView(_Out):
     error: str | None
 
 
-class PlanNode(_Out):
+class PlanNode(Out):
     hostname: str
     rack: str | None
     block: str | None
@@ -52,13 +52,13 @@ class PlanNode(_Out):
     bmc: BmcView | None
 
 
-class RackGate(_Out):
+class RackGate(Out):
     name: str
     ok: bool
     reason: str | None
 
 
-class PlanReport(_Out):
+class PlanReport(Out):
     schema_: Literal["provisioner.plan/v1"] = Field(alias="schema")
     site: str
     lab: bool
@@ -69,7 +69,7 @@ class PlanReport(_Out):
     racks: list[RackGate]
 
 
-class StatusNode(_Out):
+class StatusNode(Out):
     hostname: str
     rack: str | None
     in_inventory: bool
@@ -79,7 +79,7 @@ class StatusNode(_Out):
     updated_at: str
 
 
-class RackPower(_Out):
+class RackPower(Out):
     name: str
     usable_va: float
     nameplate_w: float
@@ -88,7 +88,7 @@ class RackPower(_Out):
     utilization: float  # powered_va / usable_va
 
 
-class RunView(_Out):
+class RunView(Out):
     id: int
     command: str
     started_at: str
@@ -97,7 +97,7 @@ class RunView(_Out):
     pid: int
 
 
-class StatusReport(_Out):
+class StatusReport(Out):
     schema_: Literal["provisioner.status/v1"] = Field(alias="schema")
     site: str
     lab: bool
@@ -117,22 +117,18 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def dump(report: BaseModel) -> dict[str, Any]:
-    """The JSON document (the schema field is spelled `schema`)."""
-    return report.model_dump(mode="json", by_alias=True)
-
-
-def _known(loaded: LoadedSite) -> tuple[list[HostPlan], dict[str, NodeState], StateStore | None]:
-    path = state_path(loaded)
+def _known(loaded: LoadedSite, path: Path
+           ) -> tuple[list[HostPlan], dict[str, NodeState], StateStore | None]:
     store = StateStore(path) if path.exists() else None
     states = {n.hostname: n for n in store.nodes()} if store else {}
     return servers(loaded), states, store
 
 
-def plan(loaded: LoadedSite, *, refresh: bool = False,
+def plan(loaded: LoadedSite, *, refresh: bool = False, profile: Profile | None = None,
          env: Mapping[str, str] | None = None) -> PlanReport:
     """Per node: what `up` would do now, from the inventory against the state store."""
-    servers_, states, _ = _known(loaded)
+    profile = profile or for_site(loaded)
+    servers_, states, _ = _known(loaded, profile.state_path)
     blocked = blocked_racks(loaded)
     views: dict[str, BmcView] = {}
     if refresh:
@@ -175,7 +171,7 @@ def plan(loaded: LoadedSite, *, refresh: bool = False,
     racks = [RackGate(name=r.name, ok=r.name not in blocked, reason=blocked.get(r.name))
              for r in loaded.site.racks]
     return PlanReport(schema_=PLAN_SCHEMA, site=loaded.site.site.name,
-                      lab=bool(loaded.lab_hosts), state_path=str(state_path(loaded)),
+                      lab=profile.lab, state_path=str(profile.state_path),
                       generated_at=_now(), summary=summary, nodes=nodes, racks=racks)
 
 
@@ -196,9 +192,10 @@ def _refresh(loaded: LoadedSite, servers_: list[HostPlan],
     return views
 
 
-def status(loaded: LoadedSite) -> StatusReport:
+def status(loaded: LoadedSite, profile: Profile | None = None) -> StatusReport:
     """Every node's phase and failure, rack power in use, and the latest runs."""
-    servers_, states, store = _known(loaded)
+    profile = profile or for_site(loaded)
+    servers_, states, store = _known(loaded, profile.state_path)
     rack_of = {s.hostname: s.placement.rack for s in servers_}
     nodes = [StatusNode(hostname=h, rack=rack_of.get(h), in_inventory=h in rack_of,
                         phase=st.phase.value,
@@ -230,7 +227,7 @@ def status(loaded: LoadedSite) -> StatusReport:
                     ended_at=_iso(r["ended_at"]) if r["ended_at"] else None,
                     status=r["status"], pid=r["pid"]) for r in (store.runs(10) if store else [])]
     return StatusReport(schema_=STATUS_SCHEMA, site=loaded.site.site.name,
-                        lab=bool(loaded.lab_hosts), state_path=str(state_path(loaded)),
+                        lab=profile.lab, state_path=str(profile.state_path),
                         generated_at=_now(), phases=phases, nodes=nodes, racks=racks,
                         runs=runs)
 

@@ -39,7 +39,8 @@ from provisioner.lifecycle import (
     UP_STEPS,
     Phase,
 )
-from provisioner.state import StateStore, state_path
+from provisioner.profile import Profile, for_site, skipped_tasks
+from provisioner.state import StateStore
 from provisioner.workflows import engine
 from provisioner.workflows.engine import NodeOutcome, Progress, ProgressFn
 from provisioner.workflows.steps import Context
@@ -90,6 +91,7 @@ class UpResult:
     elapsed_s: float
     ansible_s: float
     artifact_dirs: list[str] = field(default_factory=list)
+    skipped_by_tag: dict[str, int] = field(default_factory=dict)  # tasks not run, per tag
 
     @property
     def failed(self) -> list[NodeOutcome]:
@@ -153,7 +155,7 @@ def _run(ctx: Context, hosts: list[str], opts: UpOptions,
     todo = [h for h in hosts if journal.phase(h) not in (Phase.READY, Phase.MAINTENANCE)]
     if not todo:
         return
-    os_timeout_s = opts.os_timeout_s or (60.0 if ctx.lab else prov.os_timeout_s)
+    os_timeout_s = opts.os_timeout_s or ctx.profile.os_timeout_s
     concurrency = opts.concurrency or prov.concurrency
     # Room for inspect, power off and on, and the OS wait; past it a node is abandoned.
     deadline_s = opts.node_deadline_s or (os_timeout_s + 2 * opts.power_timeout_s
@@ -177,17 +179,23 @@ def _run(ctx: Context, hosts: list[str], opts: UpOptions,
                 journal.stopped(h, STEP_FROM[phase], "not started")
 
 
+def state_path(loaded: LoadedSite) -> Path:
+    """Where `up` keeps this site's state (the lab's own store while the lab runs)."""
+    return for_site(loaded).state_path
+
+
 def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
        opts: UpOptions | None = None, *, progress: ProgressFn | None = None,
        stop: threading.Event | None = None,
-       make_driver: Callable[[BmcTarget], BmcDriver] | None = None) -> UpResult:
+       make_driver: Callable[[BmcTarget], BmcDriver] | None = None,
+       profile: Profile | None = None) -> UpResult:
     """Bring every selected server to ready, resuming from the state store."""
     opts = opts or UpOptions()
+    profile = profile or for_site(loaded)
     preflight(loaded)
     plans = {s.hostname: s for s in servers(loaded)}
     hosts = bmc_mod.select_hosts(list(plans), opts.limit)
-    lab = bool(loaded.lab_hosts)
-    store = StateStore(state_path(loaded))
+    store = StateStore(profile.state_path)
     command = "up" + (f" --limit {opts.limit}" if opts.limit else "") + (
         f" --from-phase {opts.from_phase.value}" if opts.from_phase else "")
     t0 = time.monotonic()
@@ -200,7 +208,7 @@ def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
         run_id = store.start_run(command)
         ctx = Context(loaded, os.environ if env is None else env,
                       engine.Journal(store, run_id, progress), stop or threading.Event(),
-                      plans, lab, store.path.parent, notes=notes)
+                      plans, profile, notes=notes)
         status = "failed"
         try:
             _run(ctx, hosts, opts, make_driver or bmc_mod.make_driver)
@@ -209,12 +217,17 @@ def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
                                            for o in ctx.journal.outcomes.values()) else "ok")
         finally:
             store.end_run(run_id, status)
-    if lab:
-        ctx.notes.append("lab: OS install skipped (the lab provides the OS); GPU and "
-                         "Kubernetes Ready checks cannot run on lab hosts, and the "
-                         "Kubernetes join ran in check mode")
-    return UpResult(run_id=run_id, site=loaded.site.site.name, lab=lab,
+    skipped: dict[str, int] = {}
+    if ctx.project_dir is not None:
+        skipped = skipped_tasks(ctx.project_dir / "project" / "roles", profile.skip_tags)
+    if profile.lab:
+        ctx.notes.append("lab: OS install skipped (the lab provides the OS); "
+                         f"{sum(skipped.values())} task(s) a lab host cannot do were skipped "
+                         "by tag (" + ", ".join(f"{t}: {n}" for t, n in skipped.items())
+                         + "); GPU and Kubernetes Ready checks are reported as not verified")
+    return UpResult(run_id=run_id, site=loaded.site.site.name, lab=profile.lab,
                     state_path=store.path, project_dir=ctx.project_dir,
                     nodes=[ctx.journal.outcomes[h] for h in hosts], notes=ctx.notes,
                     interrupted=ctx.stop.is_set(), elapsed_s=time.monotonic() - t0,
-                    ansible_s=ctx.ansible_s, artifact_dirs=ctx.artifact_dirs)
+                    ansible_s=ctx.ansible_s, artifact_dirs=ctx.artifact_dirs,
+                    skipped_by_tag=skipped)

@@ -12,20 +12,20 @@ from pathlib import Path
 
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import HostPlan
+from provisioner.profile import Profile
 from provisioner.workflows.engine import Journal
 
 
 @dataclass
 class Context:
-    """What the steps of one run share. `lab` is decided once, by the caller."""
+    """What the steps of one run share."""
 
     loaded: LoadedSite
     env: Mapping[str, str]
     journal: Journal
     stop: threading.Event
     plans: Mapping[str, HostPlan]
-    lab: bool
-    work_dir: Path  # the state store's directory: the rendered project goes beside it
+    profile: Profile  # lab or real, decided by the caller
     project_dir: Path | None = None
     ansible_s: float = 0.0
     artifact_dirs: list[str] = field(default_factory=list)

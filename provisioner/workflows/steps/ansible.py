@@ -18,8 +18,9 @@ from provisioner.workflows.steps import Context
 def project(ctx: Context) -> Path:
     """The rendered project for this run (rendered once, on first use, beside the state)."""
     if ctx.project_dir is None:
-        ctx.project_dir = render_mod.render(ctx.loaded, ctx.work_dir / "ansible",
-                                            lab=ctx.lab).out
+        ctx.project_dir = render_mod.render(ctx.loaded,
+                                            ctx.profile.state_path.parent / "ansible",
+                                            lab=ctx.profile.lab).out
     return ctx.project_dir
 
 

@@ -37,7 +37,7 @@ class WaitOs:
     source: Phase = Phase.BOOTING
 
     def __call__(self, host: str, session: object) -> dict[str, Any]:
-        if self.ctx.lab:
+        if self.ctx.profile.lab:
             self.ctx.journal.note(host, self.name, "os_install_skipped", LAB_OS_NOTE)
         address = ansible_host(self.ctx.plans[host].node)
         if address is None:
@@ -57,4 +57,4 @@ class WaitOs:
                              f"{self.timeout_s:g} s (OS install did not finish, or the "
                              "node is not on the management network)")
         return {"ssh": f"{address}:{port}", "waited_s": round(time.monotonic() - start, 1),
-                "os_install": "skipped (lab)" if self.ctx.lab else "network boot"}
+                "os_install": self.ctx.profile.os_install}

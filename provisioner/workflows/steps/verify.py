@@ -25,4 +25,4 @@ class Ready:
     source: Phase = Phase.VERIFIED
 
     def __call__(self, host: str, session: object) -> dict[str, Any]:
-        return {"lab": self.ctx.lab}
+        return {"lab": self.ctx.profile.lab}

@@ -1,0 +1,88 @@
+"""How a run treats its site: for real, or in the local lab. Decided once, here, by the
+CLI; the core reads the profile it is handed and never asks "is this the lab?" itself.
+
+In the lab the BMC endpoints are the emulators' (the loader applies the lab's overlay),
+the OS is an SSH test host (no install to wait for), and the playbooks skip the tasks a
+lab host cannot do, by tag (one rule; `skipped_tasks` counts them for the output):
+
+- needs_gpu      reads or drives a GPU (nvidia-smi, DCGM, fabric manager on NVSwitch)
+- needs_cluster  needs a Kubernetes API server (kubeadm init/join, kubectl, helm)
+- needs_kernel   loads kernel modules, applies sysctls, rebuilds the initramfs, reboots
+- needs_mirror   installs from NVIDIA's, Mellanox's or Kubernetes' package repositories
+- needs_init     starts or restarts a systemd service
+
+needs_mirror and needs_init stand for what the lab does not have yet (a signed package
+mirror, hosts with systemd as PID 1); they go when the lab gains them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provisioner.inventory.loader import LoadedSite
+
+LAB_SKIP_TAGS: tuple[str, ...] = ("needs_gpu", "needs_cluster", "needs_kernel",
+                                  "needs_mirror", "needs_init")
+LAB_OS_TIMEOUT_S = 60.0  # a lab host's sshd is up in seconds; a real install takes longer
+
+
+@dataclass(frozen=True)
+class Profile:
+    lab: bool
+    state_path: Path
+    os_timeout_s: float
+    skip_tags: tuple[str, ...]
+
+    @property
+    def os_install(self) -> str:
+        return "skipped (lab)" if self.lab else "network boot"
+
+
+def for_site(loaded: LoadedSite, *, lab: bool | None = None) -> Profile:
+    """The profile of a run: the lab when asked (`--lab`), or when `provision lab up` runs
+    for this site (its overlay is applied); real otherwise. The lab's state is a separate,
+    throwaway store that goes with `provision lab down`."""
+    in_lab = bool(loaded.lab_hosts) if lab is None else lab
+    base = loaded.base_dir.resolve() / ".provision"
+    return Profile(lab=in_lab,
+                   state_path=base / "lab" / "state.db" if in_lab else base / "state.db",
+                   os_timeout_s=(LAB_OS_TIMEOUT_S if in_lab
+                                 else loaded.site.provisioning.os_timeout_s),
+                   skip_tags=LAB_SKIP_TAGS if in_lab else ())
+
+
+def _tasks(items: Any, inherited: frozenset[str]) -> list[frozenset[str]]:
+    """The tag sets of every task in a task list, block tags inherited."""
+    out: list[frozenset[str]] = []
+    for item in items or []:
+        if not isinstance(item, dict):
+            continue
+        tags = item.get("tags") or []
+        mine = inherited | frozenset([tags] if isinstance(tags, str) else tags)
+        if "block" in item:
+            for key in ("block", "rescue", "always"):
+                out += _tasks(item.get(key), mine)
+        else:
+            out.append(mine)
+    return out
+
+
+def skipped_tasks(roles_dir: Path, skip_tags: tuple[str, ...]) -> dict[str, int]:
+    """Tasks (and handlers) in the roles that `skip_tags` leave out, per tag: what the lab
+    does not run, counted from the roles themselves so the number cannot drift."""
+    counts: Counter[str] = Counter()
+    if not skip_tags:
+        return {}
+    for path in sorted(roles_dir.glob("*/*/*.yml")):
+        if path.parent.name not in ("tasks", "handlers") or "molecule" in path.parts:
+            continue
+        for tags in _tasks(yaml.safe_load(path.read_text()), frozenset()):
+            hit = [t for t in skip_tags if t in tags]
+            if hit:
+                counts[hit[0]] += 1
+    return {t: counts[t] for t in skip_tags}
