@@ -5,8 +5,8 @@ injected into the same lab, each on one node while the others go on."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import signal
 import subprocess
