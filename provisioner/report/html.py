@@ -78,11 +78,11 @@ class Report:
 
 
 def _rack_view(rack_index: int, loaded: LoadedSite, nameplate: power.RackBudget,
-               typical: power.RackBudget) -> RackView:
+               typical: power.RackBudget, phases: dict[str, str]) -> RackView:
     rack = loaded.site.racks[rack_index]
     mine: list[tuple[int, Placement]] = [
         (i, p) for i, p in enumerate(loaded.site.placements) if p.rack == rack.name]
-    elevation = svg.elevation(rack, mine, loaded.catalog)
+    elevation = svg.elevation(rack, mine, loaded.catalog, phases)
     feeds = tuple(
         svg.bar(f"feed {fn.name}", "VA", fn.load_va, ft.load_va, fn.usable_va,
                 over=not fn.ok, capacity=fn.capacity_va)
@@ -102,7 +102,8 @@ def build(loaded: LoadedSite, findings: list[Finding], *, state: StateView | Non
     """Everything the page shows, computed once (the page and --json read the same)."""
     nameplate = power.budget(loaded.site, loaded.catalog, "nameplate")
     typical = power.budget(loaded.site, loaded.catalog, "typical")
-    racks = tuple(_rack_view(i, loaded, n, t)
+    phases = {n.hostname: n.phase for n in state.nodes} if state else {}
+    racks = tuple(_rack_view(i, loaded, n, t, phases)
                   for i, (n, t) in enumerate(zip(nameplate.racks, typical.racks, strict=True)))
     return Report(
         site=loaded.site.site.name, description=loaded.site.site.description,
@@ -125,8 +126,13 @@ def _env() -> jinja2.Environment:
 
 def render_html(report: Report) -> str:
     """The page as text (UTF-8, self-contained)."""
-    return _env().get_template("page.html.j2").render(r=report, version=__version__,
-                                                      u_px=svg.U_PX, bar_px=svg.BAR_WIDTH_PX)
+    phase_legend = [("ready", svg.PHASE_FILL["ready"]),
+                    ("on the way (enrolled to verified)", svg.PHASE_FILL_BUSY),
+                    ("failed", svg.PHASE_FILL["failed"]),
+                    ("maintenance", svg.PHASE_FILL["maintenance"])]
+    return _env().get_template("page.html.j2").render(
+        r=report, version=__version__, u_px=svg.U_PX, bar_px=svg.BAR_WIDTH_PX,
+        phase_legend=phase_legend)
 
 
 def write(report: Report, out_dir: Path) -> Path:

@@ -32,6 +32,22 @@ KIND_FILL: dict[str, str] = {
     BlockKind.SWITCH.value: "#c9c9c9",
 }
 ERROR_FILL = "#f7b3b3"
+MARK_PX = 10  # spacing of the per-node phase marks at a chassis's right edge
+
+# Colour of a node's phase mark (state store phases; absent = not enrolled yet).
+PHASE_FILL: dict[str, str] = {"ready": "#1b7a2f", "failed": "#b3261e", "maintenance": "#6b4fa0"}
+PHASE_FILL_BUSY = "#d39a00"  # on the way: enrolled .. verified
+
+
+@dataclass(frozen=True)
+class PhaseMark:
+    """A dot per node on its chassis: the node's phase at a glance."""
+
+    hostname: str
+    phase: str
+    cx_px: float
+    cy_px: float
+    fill: str
 
 
 @dataclass(frozen=True)
@@ -52,6 +68,7 @@ class Chassis:
     label: str  # first line (or the only line of a 1 U chassis)
     sublabel: str  # node names on a second line when the chassis is 2 U or more
     error: str | None  # "above the top of the rack ...", "overlaps ...", or None
+    marks: tuple[PhaseMark, ...] = ()
 
     @property
     def top_u(self) -> int:
@@ -108,13 +125,16 @@ def _fit(text: str, width_px: float) -> str:
 
 
 def elevation(rack: Rack, placements: Sequence[tuple[int, Placement]],
-              catalog: Mapping[str, BlockType]) -> Elevation:
+              catalog: Mapping[str, BlockType],
+              phases: Mapping[str, str] | None = None) -> Elevation:
     """Lay out one rack. `placements` are (index in the site, placement) of this rack.
 
     A chassis reaching above the top is drawn where it would be, over the frame; one that
     overlaps an earlier placement is drawn inset and both are marked, as checks.py reports
-    them (the first placement keeps its U).
+    them (the first placement keeps its U). With `phases` (hostname -> phase from the
+    state store), each known node gets a coloured mark at the chassis's right edge.
     """
+    phases = phases or {}
     known = [(i, p, catalog[p.block]) for i, p in placements if p.block in catalog]
     overhang_u = max([0] + [p.u + b.rack_units - 1 - rack.height_u for _, p, b in known])
     frame_y = TOP_PX + overhang_u * U_PX
@@ -141,15 +161,23 @@ def elevation(rack: Rack, placements: Sequence[tuple[int, Placement]],
         inset = ERROR_INSET_PX if clash is not None else 0
         width = SLOT_PX - 2 * inset
         names = tuple(n.hostname for n in p.nodes)
+        y = y_of_top(top)
+        known_nodes = [h for h in names if h in phases]
+        right = x0 + inset + width - 4 - MARK_PX * len(known_nodes)
+        marks = tuple(
+            PhaseMark(h, phases[h], right + MARK_PX * (k + 0.5), y + min(U_PX / 2, 8),
+                      PHASE_FILL.get(phases[h], PHASE_FILL_BUSY))
+            for k, h in enumerate(known_nodes))
+        room = width - 8 - MARK_PX * len(marks)
         if b.rack_units >= 2:
-            label, sub = _fit(b.name, width - 8), _fit(" ".join(names), width - 8)
+            label, sub = _fit(b.name, room), _fit(" ".join(names), width - 8)
         else:
-            label, sub = _fit(f"{b.name}: {' '.join(names)}", width - 8), ""
+            label, sub = _fit(f"{b.name}: {' '.join(names)}", room), ""
         drawn.append(Chassis(
             index=i, block=b.name, kind=b.kind.value, u=p.u, rack_units=b.rack_units,
-            nodes=names, x_px=x0 + inset, y_px=y_of_top(top), width_px=width,
+            nodes=names, x_px=x0 + inset, y_px=y, width_px=width,
             height_px=b.rack_units * U_PX, fill=ERROR_FILL if error else KIND_FILL[b.kind.value],
-            label=label, sublabel=sub, error=error))
+            label=label, sublabel=sub, error=error, marks=marks))
     free: list[FreeRun] = []
     u = 1
     while u <= rack.height_u:

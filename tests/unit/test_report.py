@@ -171,8 +171,17 @@ def test_node_states_from_a_real_store(tmp_path):
     assert "dgx02" in view.not_enrolled and "leaf01" not in view.not_enrolled
     html = render_html(build(loaded, check(loaded), state=view, generated_at=NOW))
     assert 'data-node="dgx01" data-phase="failed"' in html
+    marks = {m.hostname: m for r in rep_racks(loaded, view) for c in r.elevation.chassis
+             for m in c.marks}
+    assert set(marks) == {"dgx01", "cp01"}  # nodes the store does not know get no mark
+    assert marks["dgx01"].fill == svg.PHASE_FILL["failed"]
+    assert marks["cp01"].fill == svg.PHASE_FILL_BUSY
     assert "BMC &lt;unreachable&gt;" in html
     assert "failed in" in html and ">enrolled<" in html and "<code>up</code>" in html
+
+
+def rep_racks(loaded, view):
+    return build(loaded, check(loaded), state=view, generated_at=NOW).racks
 
 
 def test_cli_writes_the_page_and_exits_like_validate(write_site, tmp_path):
@@ -188,10 +197,16 @@ def test_cli_writes_the_page_and_exits_like_validate(write_site, tmp_path):
 
 
 def test_cli_example_prints_the_page_path(tmp_path):
-    result = runner.invoke(app, ["report", str(EXAMPLE), "--out", str(tmp_path)])
+    import shutil
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    result = runner.invoke(app, ["report", str(site), "--state"])
     assert result.exit_code == 0, result.output
-    assert result.output.strip().splitlines()[-1] == str(tmp_path / "index.html")
-    page = (tmp_path / "index.html").read_text()
+    written = site / ".provision" / "report" / "index.html"
+    assert result.output.strip().splitlines()[-1] == str(written)
+    page = written.read_text()
+    assert "No state store yet" in page  # --state: the section is there, saying so
+    assert not (site / ".provision" / "state.db").exists()
     for name in ("r01", "dgx01", "dgx02", "stor01", "cp01", "cp02", "cp03", "leaf01", "mgmt01"):
         assert name in page
 
