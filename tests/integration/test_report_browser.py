@@ -67,7 +67,8 @@ def _chromium() -> str:
 
 def _run(browser: str, profile: Path, *args: str) -> str:
     cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-           "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}",
+           "--no-first-run", "--disable-extensions", "--disable-dev-shm-usage",
+           f"--user-data-dir={profile}",
            f"--window-size={WINDOW[0]},{WINDOW[1]}", *args]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

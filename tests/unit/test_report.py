@@ -97,6 +97,11 @@ def test_overlap_and_over_the_top_are_drawn_as_errors(bad):
     assert leaf.y_px < e.frame_y_px  # drawn over the frame, where it would stick out
     assert leaf.fill == svg.ERROR_FILL
     assert not rep.racks[0].ok and not rep.ok
+    # the drawing marks exactly the placements checks.py reports (one rule, two views)
+    reported = {int(m.group(1)) for f in rep.findings
+                if f.code in ("u-overlap", "u-out-of-range") and f.location
+                and (m := re.match(r"placements\[(\d+)\]", f.location.key_path))}
+    assert {c.index for c in e.errors} == reported == {1, 2}
 
 
 def test_budget_numbers_are_power_py_numbers(vscaler):
