@@ -12,7 +12,7 @@ import typer
 
 from provisioner import report as report_mod
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
-from provisioner.errors import ExitCode
+from provisioner.errors import ExitCode, InventoryError
 from provisioner.inventory import Category, check, load
 from provisioner.inventory.findings import errors
 from provisioner.inventory.schema import site_schema
@@ -26,6 +26,10 @@ SchemaOutOpt = Annotated[Path | None, typer.Option(
     "--out", help="Write the schema to this file instead of standard output.")]
 
 
+def _base_dir(path: Path) -> Path:
+    return path if path.is_dir() else path.parent
+
+
 @handle_errors
 def report(site: SiteArg = None, out_dir: OutDirOpt = None, state: StateOpt = False,
            json_out: JsonOpt = False) -> None:
@@ -36,9 +40,23 @@ def report(site: SiteArg = None, out_dir: OutDirOpt = None, state: StateOpt = Fa
     (3 inventory errors, 4 only budget errors), so a pipeline can publish it and still fail.
     """
     path = resolve_site(site)
-    loaded = load(path)
-    findings = check(loaded)
     now = datetime.now(UTC)
+    try:
+        loaded = load(path)
+    except InventoryError as exc:
+        if not exc.findings:
+            raise
+        # Schema or YAML errors: still a page, with the findings, for the CI artifact.
+        built = report_mod.build_unloadable(path, exc.findings, generated_at=now)
+        page = report_mod.write(built, out_dir or _base_dir(path) / ".provision" / "report")
+        out = console(json_out)
+        if json_out:
+            out.emit_json(report_mod.to_json(built, page))
+        else:
+            out.error(exc)
+            out.out.print(str(page))
+        raise typer.Exit(int(exc.exit_code)) from None
+    findings = check(loaded)
     built = report_mod.build(loaded, findings, generated_at=now,
                              state=report_mod.read_state(loaded, wanted=state, now=now))
     page = report_mod.write(built, out_dir or loaded.base_dir / ".provision" / "report")

@@ -112,6 +112,17 @@ def build(loaded: LoadedSite, findings: list[Finding], *, state: StateView | Non
         kinds=tuple((k.value, svg.KIND_FILL[k.value]) for k in BlockKind))
 
 
+def build_unloadable(source: Path, findings: list[Finding], *,
+                     generated_at: datetime) -> Report:
+    """The page for an inventory that does not load (schema or YAML errors): no rack can be
+    drawn, but the findings, each with file:line, are what the reviewer needs to see."""
+    return Report(
+        site=source.stem if source.is_file() else source.name,
+        description="The inventory could not be loaded; fix the findings below.",
+        source=str(source), generated_at=generated_at.isoformat(timespec="seconds"),
+        racks=(), findings=tuple(findings), state=None, kinds=())
+
+
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),

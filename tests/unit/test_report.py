@@ -17,7 +17,7 @@ from provisioner.inventory import check, load
 from provisioner.report import build, read_state, render_html, svg, to_json
 from provisioner.state import Phase, StateStore
 from provisioner.workflows.up import state_path
-from tests.conftest import EXAMPLE, VSCALER
+from tests.conftest import EXAMPLE, FIXTURES, VSCALER
 
 runner = CliRunner()
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -222,3 +222,15 @@ def test_json_lists_every_chassis(vscaler, tmp_path):
     assert sum(len(c["nodes"]) for c in doc["racks"][0]["chassis"]) == sum(
         len(p.nodes) for p in loaded.site.placements)
     assert doc["racks"][0]["used_u"] == 40
+
+
+def test_an_inventory_that_does_not_load_still_gets_a_page_of_findings(tmp_path):
+    bad = FIXTURES / "invalid" / "unknown_key.yaml"
+    result = runner.invoke(app, ["report", str(bad), "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 3
+    doc = json.loads(result.stdout)
+    assert doc["racks"] == [] and doc["findings"]["errors"] >= 1
+    page = (tmp_path / "index.html").read_text()
+    assert "unknown key &#39;hostnme&#39;" in page
+    assert re.search(r"unknown_key\.yaml:\d+:\d+", page)
+    assert "No rack can be drawn" in page
