@@ -78,10 +78,9 @@ class Report:
 
 
 def _rack_view(rack_index: int, loaded: LoadedSite, nameplate: power.RackBudget,
-               typical: power.RackBudget, phases: dict[str, str]) -> RackView:
+               typical: power.RackBudget, phases: dict[str, str],
+               mine: list[tuple[int, Placement]]) -> RackView:
     rack = loaded.site.racks[rack_index]
-    mine: list[tuple[int, Placement]] = [
-        (i, p) for i, p in enumerate(loaded.site.placements) if p.rack == rack.name]
     elevation = svg.elevation(rack, mine, loaded.catalog, phases)
     feeds = tuple(
         svg.bar(f"feed {fn.name}", "VA", fn.load_va, ft.load_va, fn.usable_va,
@@ -103,8 +102,12 @@ def build(loaded: LoadedSite, findings: list[Finding], *, state: StateView | Non
     nameplate = power.budget(loaded.site, loaded.catalog, "nameplate")
     typical = power.budget(loaded.site, loaded.catalog, "typical")
     phases = {n.hostname: n.phase for n in state.nodes} if state else {}
-    racks = tuple(_rack_view(i, loaded, n, t, phases)
-                  for i, (n, t) in enumerate(zip(nameplate.racks, typical.racks, strict=True)))
+    by_rack: dict[str, list[tuple[int, Placement]]] = {}
+    for i, p in enumerate(loaded.site.placements):
+        by_rack.setdefault(p.rack, []).append((i, p))
+    racks = tuple(
+        _rack_view(i, loaded, n, t, phases, by_rack.get(loaded.site.racks[i].name, []))
+        for i, (n, t) in enumerate(zip(nameplate.racks, typical.racks, strict=True)))
     return Report(
         site=loaded.site.site.name, description=loaded.site.site.description,
         source=str(loaded.root), generated_at=generated_at.isoformat(timespec="seconds"),
