@@ -123,6 +123,9 @@ def test_over_budget_rack_is_marked(bad):
     assert 'data-rack="r09"' in html and 'data-ok="false"' in html
     assert "OVER BUDGET: cooling, power" in html
     assert 'class="bar over"' in html
+    feed = rep.racks[0].nameplate.failures[0]
+    assert feed.subject == "feed A"
+    assert f"over by {feed.over_by:,.0f} VA" in html  # power.py's figure, not recomputed
 
 
 def test_inventory_text_is_escaped_and_page_has_no_url(bad):
