@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.models import BlockKind
-from provisioner.state import Phase, StateStore
-from provisioner.workflows.up import state_path
+from provisioner.inventory.topology import servers
+from provisioner.state import Phase, StateStore, state_path
 
 RUNS_SHOWN = 10
 
@@ -85,10 +84,7 @@ def read_state(loaded: LoadedSite, *, wanted: bool, now: datetime) -> StateView 
                 failed_phase=s.failed_phase.value if s.failed_phase else None, reason=s.reason)
         for s in store.nodes())
     known = {n.hostname for n in nodes}
-    switches = {n.hostname for p in loaded.site.placements
-                if (b := loaded.catalog.get(p.block)) is not None and b.kind is BlockKind.SWITCH
-                for n in p.nodes}
-    missing = tuple(h for h in rack_of if h not in known and h not in switches)
+    missing = tuple(s.hostname for s in servers(loaded) if s.hostname not in known)
     runs = tuple(RunRow(id=r["id"], command=r["command"], started_at=_iso(r["started_at"]),
                         ended_at=_iso(r["ended_at"]) if r["ended_at"] else None,
                         status=r["status"]) for r in store.runs(RUNS_SHOWN))
