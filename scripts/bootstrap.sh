@@ -7,9 +7,10 @@ cd "$(dirname "$0")/.."
 
 # System packages: python venv support, and the real peers the lab and the tests run
 # (OpenIPMI's ipmi_sim and ipmitool for IPMI BMCs; debootstrap, ssh and iproute2 for the
-# SSH test hosts in network namespaces; dnsmasq to check rendered network-boot configs).
+# SSH test hosts in network namespaces; dnsmasq to check rendered network-boot configs;
+# headless chromium and a font to test `provision report` as a browser shows it).
 APT_PACKAGES=(python3-venv openipmi ipmitool iproute2 debootstrap openssh-client util-linux
-  dnsmasq-base)
+  dnsmasq-base chromium fonts-dejavu-core)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+import provisioner.cli.report as report_cli
 from provisioner import __version__
 from provisioner.cli import bmc, inventory, lab, pxe, up
 from provisioner.cli.common import STATE
@@ -53,6 +54,7 @@ app.command()(up.status)
 app.add_typer(bmc.app, name="bmc")
 app.add_typer(lab.app, name="lab")
 app.add_typer(pxe.app, name="pxe")
+report_cli.register(app)
 
 
 def main() -> None:

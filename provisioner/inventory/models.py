@@ -18,6 +18,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -81,12 +82,22 @@ def _text_only(value: Any) -> Any:
     return value
 
 
+# WithJsonSchema only tells editors (JSON Schema export) what the validators accept; the
+# validators above stay the one check, with their own messages.
 IPv4Addr = Annotated[IPv4Address, BeforeValidator(_text_only)]
 IPv4Net = Annotated[IPv4Network, BeforeValidator(_text_only)]
-Hostname = Annotated[str, AfterValidator(_hostname)]
-Name = Annotated[str, AfterValidator(_name)]
-Mac = Annotated[str, AfterValidator(_mac)]
-Version = Annotated[str, BeforeValidator(_version_in), AfterValidator(_version)]
+Hostname = Annotated[str, AfterValidator(_hostname), WithJsonSchema(
+    {"type": "string", "pattern": HOSTNAME_RE.pattern,
+     "description": "RFC 1123 host label: lower-case letters, digits and '-', 1-63 characters"})]
+Name = Annotated[str, AfterValidator(_name), WithJsonSchema(
+    {"type": "string", "pattern": NAME_RE.pattern,
+     "description": "name: lower-case letters, digits, '-' or '_', 1-63 characters"})]
+Mac = Annotated[str, AfterValidator(_mac), WithJsonSchema(
+    {"type": "string", "pattern": r"^\s*[0-9A-Fa-f]{2}([:-][0-9A-Fa-f]{2}){5}\s*$",
+     "description": "MAC address, six hex pairs such as 52:54:00:12:34:56"})]
+Version = Annotated[str, BeforeValidator(_version_in), AfterValidator(_version), WithJsonSchema(
+    {"anyOf": [{"type": "string", "pattern": VERSION_RE.pattern}, {"type": "integer"}],
+     "description": "version as a quoted string, such as '12.8' (YAML reads 12.10 as 12.1)"})]
 
 
 class Model(BaseModel):
@@ -128,8 +139,8 @@ OPEN_ONLY_ARCHS = frozenset(
 
 
 class Psu(Model):
-    count: int = Field(ge=1, le=16)
-    rating_w: float = Field(gt=0, le=20_000)
+    count: int = Field(ge=1, le=16, description="number of power supplies")
+    rating_w: float = Field(gt=0, le=20_000, description="output rating of one supply, W")
     redundancy: str = Field(pattern=r"^\d+\+\d+$", description="N+M: N needed, M spare")
 
     @property
@@ -138,36 +149,38 @@ class Psu(Model):
 
 
 class Gpus(Model):
-    model: str = Field(min_length=1, max_length=64)
-    count: int = Field(ge=1, le=72)
-    architecture: GpuArch
+    model: str = Field(min_length=1, max_length=64, description="GPU model, such as H100")
+    count: int = Field(ge=1, le=72, description="GPUs per node")
+    architecture: GpuArch = Field(description="GPU architecture (decides the kernel modules)")
 
 
 class Nic(Model):
-    ports: int = Field(ge=1, le=256)
-    speed_gbps: float = Field(gt=0, le=1600)
-    model: str | None = None
+    ports: int = Field(ge=1, le=256, description="number of ports")
+    speed_gbps: float = Field(gt=0, le=1600, description="port speed, Gbit/s")
+    model: str | None = Field(default=None, description="NIC model")
 
 
 class BlockType(Model):
     """One building-block type: a chassis and what it holds."""
 
-    name: Name
-    kind: BlockKind
+    name: Name = Field(description="block type name, used by placements' block")
+    kind: BlockKind = Field(description="hci, compute, storage, gpu_server or switch")
     description: str = ""
-    rack_units: int = Field(ge=1, le=60)
-    nodes_per_chassis: int = Field(default=1, ge=1, le=16)
-    max_power_w: float = Field(gt=0, le=200_000)
-    typical_power_w: float = Field(gt=0, le=200_000)
-    psu: Psu | None = None
-    gpu: Gpus | None = None
-    nvswitch: bool = False
-    imex: bool = False
-    nics: tuple[Nic, ...] = ()
-    airflow_cfm: float | None = Field(default=None, gt=0)
-    switch_role: Literal["roce", "management", "oob", "storage"] | None = None
-    estimated: tuple[str, ...] = ()
-    sources: tuple[str, ...] = ()
+    rack_units: int = Field(ge=1, le=60, description="chassis height, U")
+    nodes_per_chassis: int = Field(default=1, ge=1, le=16, description="nodes one chassis holds")
+    max_power_w: float = Field(gt=0, le=200_000, description="nameplate maximum input power, W")
+    typical_power_w: float = Field(gt=0, le=200_000, description="typical input power, W")
+    psu: Psu | None = Field(default=None, description="power supplies")
+    gpu: Gpus | None = Field(default=None, description="GPUs of each node")
+    nvswitch: bool = Field(default=False, description="has NVSwitch (needs fabric manager)")
+    imex: bool = Field(default=False, description="multi-node NVLink (IMEX) system")
+    nics: tuple[Nic, ...] = Field(default=(), description="network adapters")
+    airflow_cfm: float | None = Field(default=None, gt=0, description="vendor airflow, CFM")
+    switch_role: Literal["roce", "management", "oob", "storage"] | None = Field(
+        default=None, description="what a switch block is for (switches only)")
+    estimated: tuple[str, ...] = Field(
+        default=(), description="names of fields whose figures have no vendor source")
+    sources: tuple[str, ...] = Field(default=(), description="where the figures come from")
 
     @model_validator(mode="after")
     def _consistent(self) -> BlockType:
@@ -195,9 +208,10 @@ class BlockType(Model):
 class SecretRef(Model):
     """Where a secret is read at run time. The inventory never holds the value."""
 
-    env: Annotated[str, Field(pattern=ENV_VAR_RE.pattern)] | None = None
-    file: str | None = None
-    vault: str | None = None
+    env: Annotated[str, Field(pattern=ENV_VAR_RE.pattern)] | None = Field(
+        default=None, description="environment variable holding the secret")
+    file: str | None = Field(default=None, description="absolute path of a 0600 file")
+    vault: str | None = Field(default=None, description="ansible-vault secret name")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SecretRef:
@@ -216,7 +230,8 @@ class SecretRef(Model):
 
 class Credentials(Model):
     username: str = Field(min_length=1, max_length=64)
-    password: SecretRef
+    password: SecretRef = Field(
+        description="a reference, never the value: {env: VAR}, {file: /path} or {vault: name}")
 
     @field_validator("password", mode="before")
     @classmethod
@@ -230,10 +245,11 @@ class Credentials(Model):
 
 
 class Tls(Model):
-    verify: bool = True
-    ca_bundle: str | None = None
+    verify: bool = Field(default=True, description="verify the BMC's TLS certificate")
+    ca_bundle: str | None = Field(default=None, description="CA bundle file for the BMC")
     fingerprint_sha256: str | None = Field(
-        default=None, pattern=r"^([0-9A-Fa-f]{2}:?){31}[0-9A-Fa-f]{2}$"
+        default=None, pattern=r"^([0-9A-Fa-f]{2}:?){31}[0-9A-Fa-f]{2}$",
+        description="pinned SHA-256 fingerprint of the BMC's certificate"
     )
 
 
@@ -243,14 +259,17 @@ class BmcProtocol(StrEnum):
 
 
 class Bmc(Model):
-    protocol: BmcProtocol
-    address: str = Field(min_length=1, max_length=253)
-    port: int | None = Field(default=None, ge=1, le=65535)
-    credentials: Name
-    system_id: str | None = Field(default=None, max_length=128)
+    protocol: BmcProtocol = Field(description="redfish or ipmi")
+    address: str = Field(min_length=1, max_length=253, description="BMC IP address or name")
+    port: int | None = Field(default=None, ge=1, le=65535,
+                             description="TCP/UDP port (default 443, 80 for http, 623 IPMI)")
+    credentials: Name = Field(description="name of an entry under credentials")
+    system_id: str | None = Field(default=None, max_length=128,
+                                  description="Redfish system id (default: the only one)")
     scheme: Literal["https", "http"] = "https"
     tls: Tls = Tls()
-    cipher_suite: int = Field(default=17, ge=0, le=17)
+    cipher_suite: int = Field(default=17, ge=0, le=17,
+                              description="IPMI cipher suite (3 only if the BMC cannot do 17)")
 
     def endpoint_key(self) -> tuple[str, int, str]:
         default_port = 623 if self.protocol is BmcProtocol.IPMI else (
@@ -260,9 +279,10 @@ class Bmc(Model):
 
 
 class SwitchAccess(Model):
-    os: Literal["cumulus", "onyx", "sonic", "cisco_ios", "eos"]
-    credentials: Name
-    port: int = Field(default=22, ge=1, le=65535)
+    os: Literal["cumulus", "onyx", "sonic", "cisco_ios", "eos"] = Field(
+        description="switch operating system")
+    credentials: Name = Field(description="name of an entry under credentials")
+    port: int = Field(default=22, ge=1, le=65535, description="SSH port")
 
 
 class Role(StrEnum):
@@ -277,47 +297,63 @@ BootMethod = Literal["pxe", "virtual_media"]
 
 class Node(Model):
     hostname: Hostname
-    roles: tuple[Role, ...] | None = None
-    bmc: Bmc | None = None
+    roles: tuple[Role, ...] | None = Field(
+        default=None, description="default by block kind: workers, storage, switch")
+    bmc: Bmc | None = Field(default=None, description="the server's BMC (servers only)")
     # How `provision up` boots the OS installer on this node (default: the site's).
-    boot: BootMethod | None = None
-    management: SwitchAccess | None = None
-    addresses: dict[Name, IPv4Addr] = Field(default_factory=dict)
-    macs: dict[Name, Mac] = Field(default_factory=dict)
-    labels: dict[str, str] = Field(default_factory=dict)
+    boot: BootMethod | None = Field(default=None,
+                                    description="pxe or virtual_media (default: the site's)")
+    management: SwitchAccess | None = Field(default=None,
+                                            description="SSH management (switches only)")
+    addresses: dict[Name, IPv4Addr] = Field(
+        default_factory=dict, description="network name -> IPv4 address in that network")
+    macs: dict[Name, Mac] = Field(default_factory=dict,
+                                  description="network name -> MAC of the NIC on it")
+    labels: dict[str, str] = Field(default_factory=dict,
+                                   description="extra Kubernetes node labels")
 
 
 class Placement(Model):
     """A chassis of a block type at a rack position, with the node(s) it holds."""
 
-    rack: Name
+    rack: Name = Field(description="name of the rack")
     u: int = Field(ge=1, le=60, description="lowest rack unit the chassis occupies")
-    block: Name
-    nodes: tuple[Node, ...] = Field(min_length=1)
+    block: Name = Field(description="block type, from `provision catalog` or the site catalog")
+    nodes: tuple[Node, ...] = Field(min_length=1,
+                                    description="the node(s) in the chassis, at most its "
+                                    "nodes_per_chassis")
 
 
 class Feed(Model):
-    name: str = Field(min_length=1, max_length=32)
-    phase: Literal["single", "three"]
-    voltage_v: float = Field(gt=0, le=1000)
-    breaker_a: float = Field(gt=0, le=1000)
+    name: str = Field(min_length=1, max_length=32, description="feed name, such as A or B")
+    phase: Literal["single", "three"] = Field(description="single or three phase")
+    voltage_v: float = Field(gt=0, le=1000, description="voltage, V (line-to-line for three)")
+    breaker_a: float = Field(gt=0, le=1000, description="breaker rating, A")
     # NEC 210.20(A)/215.3 continuous load: breaker >= 125 % of load, so 80 % usable.
-    derating: float = Field(default=0.8, gt=0, le=1.0)
+    derating: float = Field(default=0.8, gt=0, le=1.0,
+                            description="fraction usable continuously (NEC: 0.8)")
 
 
 class Rack(Model):
-    name: Name
-    height_u: int = Field(default=42, ge=1, le=60)
-    reserved_u: int = Field(default=0, ge=0, le=60)
-    feeds: tuple[Feed, ...] = Field(min_length=1, max_length=2)
-    redundancy: Literal["single", "2N"] = "single"
-    cooling_kw: float = Field(gt=0, le=500)
-    inlet_ashrae_class: Literal["A1", "A2", "A3", "A4"] | None = None
+    name: Name = Field(description="rack name, unique in the site")
+    height_u: int = Field(default=42, ge=1, le=60, description="rack height, U")
+    reserved_u: int = Field(default=0, ge=0, le=60,
+                            description="U kept free (PDUs, cable management), U")
+    feeds: tuple[Feed, ...] = Field(min_length=1, max_length=2,
+                                    description="power feeds: one, or A and B for 2N")
+    redundancy: Literal["single", "2N"] = Field(
+        default="single", description="2N: A+B feeds, usable = one feed's, never the sum")
+    cooling_kw: float = Field(gt=0, le=500, description="heat the room can remove, kW")
+    inlet_ashrae_class: Literal["A1", "A2", "A3", "A4"] | None = Field(
+        default=None, description="ASHRAE inlet air class")
     # Power factor to turn W into VA; no vendor figure was found (DOMAIN.md §1.3 [U]).
-    power_factor: float = Field(default=0.95, gt=0.5, le=1.0)
+    power_factor: float = Field(default=0.95, gt=0.5, le=1.0,
+                                description="W -> VA power factor (no vendor figure; set yours)")
     # Air temperature rise across the rack, used for the airflow figure.
-    delta_t_f: float = Field(default=20.0, gt=0, le=80)
-    airflow_limit_cfm: float | None = Field(default=None, gt=0)
+    delta_t_f: float = Field(default=20.0, gt=0, le=80,
+                             description="air temperature rise across the rack, °F")
+    airflow_limit_cfm: float | None = Field(default=None, gt=0,
+                                            description="airflow available to the rack, CFM")
 
     @model_validator(mode="after")
     def _feeds_match_redundancy(self) -> Rack:
@@ -338,16 +374,20 @@ class NetworkKind(StrEnum):
 
 
 class Network(Model):
-    name: Name
-    kind: NetworkKind
-    cidr: IPv4Net
-    vlan: int | None = Field(default=None, ge=1, le=4094)
-    mtu: int = Field(default=1500, ge=576, le=9216)
-    gateway: IPv4Addr | None = None
+    name: Name = Field(description="network name, used by nodes' addresses and macs")
+    kind: NetworkKind = Field(description="management, oob (BMCs), provisioning, roce, "
+                              "storage or other")
+    cidr: IPv4Net = Field(description="IPv4 network, such as 10.250.0.0/24")
+    vlan: int | None = Field(default=None, ge=1, le=4094, description="VLAN id")
+    mtu: int = Field(default=1500, ge=576, le=9216, description="MTU, bytes")
+    gateway: IPv4Addr | None = Field(default=None, description="default gateway")
 
 
 class NvidiaDriver(Model):
-    branch: Annotated[str, BeforeValidator(_version_in), Field(pattern=r"^\d{3}$")]
+    branch: Annotated[str, BeforeValidator(_version_in), Field(pattern=r"^\d{3}$"),
+                      WithJsonSchema({"anyOf": [{"type": "string", "pattern": r"^\d{3}$"},
+                                                {"type": "integer"}],
+                                      "description": "driver branch, such as '570'"})]
     version: Version | None = None
     kernel_modules: Literal["auto", "open", "proprietary"] = "auto"
 
@@ -365,15 +405,17 @@ class FabricManager(Model):
 
 
 class Kubernetes(Model):
-    version: Version
+    version: Version = Field(description="Kubernetes version, such as '1.31.4'")
     cni: Literal["calico", "cilium", "flannel"] = "calico"
-    pod_cidr: IPv4Net = IPv4Network("10.244.0.0/16")
-    service_cidr: IPv4Net = IPv4Network("10.96.0.0/12")
+    pod_cidr: IPv4Net = Field(default=IPv4Network("10.244.0.0/16"),
+                              description="pod network")
+    service_cidr: IPv4Net = Field(default=IPv4Network("10.96.0.0/12"),
+                                  description="service network")
 
 
 class Dcgm(Model):
     version: Version | None = None
-    diag_level: int = Field(default=1, ge=1, le=4)
+    diag_level: int = Field(default=1, ge=1, le=4, description="dcgmi diag level (health gate)")
 
 
 IFNAME_RE = r"^[A-Za-z0-9_.:-]{1,15}$"  # Linux IFNAMSIZ is 16 with the terminating NUL
@@ -421,11 +463,14 @@ class Provisioning(Model):
 
     boot: BootMethod = "pxe"
     # The installer ISO a BMC mounts when boot is virtual_media (http or https).
-    iso_url: Annotated[str, Field(pattern=r"^https?://[^\s'\"]+$", max_length=2048)] | None = None
+    iso_url: Annotated[str, Field(pattern="^https?://[^\\s'\"]+$", max_length=2048)] | None = Field(
+        default=None, description="installer ISO URL, for boot: virtual_media")
     # An unattended Ubuntu install takes 10-40 min on real hardware; SSH must answer in this.
-    os_timeout_s: float = Field(default=3600, gt=0, le=86_400)
+    os_timeout_s: float = Field(default=3600, gt=0, le=86_400,
+                                description="time for the installed OS to answer SSH, s")
     # Nodes handled at once in the BMC and boot phases.
-    concurrency: int = Field(default=64, ge=1, le=4096)
+    concurrency: int = Field(default=64, ge=1, le=4096,
+                             description="nodes handled at once in the BMC and boot phases")
 
     @model_validator(mode="after")
     def _iso_when_needed(self) -> Provisioning:
