@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from provisioner.inventory.fabric_models import Cabling
+
 # RFC 1123 host label: letters, digits, hyphen; 1-63 chars; no leading/trailing hyphen.
 # Lower case only: Kubernetes node names must be lower case (RFC 1123 subdomain).
 HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -147,6 +149,8 @@ class Nic(Model):
     ports: int = Field(ge=1, le=256)
     speed_gbps: float = Field(gt=0, le=1600)
     model: str | None = None
+    # Ways one port splits into (swp1s0..swp1s3 = 4): the switch's supported breakouts.
+    breakout: tuple[Annotated[int, Field(ge=2, le=8)], ...] = ()
 
 
 class BlockType(Model):
@@ -263,6 +267,8 @@ class SwitchAccess(Model):
     os: Literal["cumulus", "onyx", "sonic", "cisco_ios", "eos"]
     credentials: Name
     port: int = Field(default=22, ge=1, le=65535)
+    # SSH address; default: the node's address on the management network.
+    address: str | None = Field(default=None, min_length=1, max_length=253)
 
 
 class Role(StrEnum):
@@ -454,3 +460,4 @@ class Site(Model):
     placements: tuple[Placement, ...] = ()
     software: Software = Software()
     provisioning: Provisioning = Provisioning()
+    cabling: Cabling = Cabling()
