@@ -89,7 +89,8 @@ def lossless_priorities(roce: Roce, nos: Nos | None = None) -> tuple[int, ...]:
     if roce.mode == "lossy":
         return ()
     if nos == "sonic":
-        return tuple(sorted({*SONIC_LOSSLESS_DEFAULT, roce.priority}))
+        # ...but never the CNP priority: CNPs must not be paused.
+        return tuple(sorted({*SONIC_LOSSLESS_DEFAULT, roce.priority} - {roce.cnp_priority}))
     return (roce.priority,)
 
 

@@ -399,6 +399,8 @@ class Roce(Model):
     def _distinct(self) -> Roce:
         if self.priority == self.cnp_priority:
             raise ValueError("RoCE and CNP priorities must differ")
+        if self.dscp == self.cnp_dscp:
+            raise ValueError("RoCE and CNP DSCP values must differ")
         return self
 
 
