@@ -32,5 +32,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "bootstrap: installing Python packages into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e ".[test]"
+  # The SSH switch simulator for the fabric tests. --no-deps: fake-switches 1.5.0 pins
+  # Twisted<17, which does not build on Python 3.11; its run-time deps are in the test extra.
+  .venv/bin/python -m pip install -q --no-deps "fake-switches==1.5.0"
   echo "$want" > "$stamp"
 fi
