@@ -7,9 +7,10 @@ cd "$(dirname "$0")/.."
 
 # System packages: python venv support, and the real peers the lab and the tests run
 # (OpenIPMI's ipmi_sim and ipmitool for IPMI BMCs; debootstrap, ssh and iproute2 for the
-# SSH test hosts in network namespaces; dnsmasq to check rendered network-boot configs).
+# SSH test hosts in network namespaces; dnsmasq to check rendered network-boot configs;
+# FRRouting, whose vtysh is the real router CLI the switch tests push to).
 APT_PACKAGES=(python3-venv openipmi ipmitool iproute2 debootstrap openssh-client util-linux
-  dnsmasq-base)
+  dnsmasq-base frr)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -23,6 +24,10 @@ if ((${#missing[@]})); then
   "${SUDO[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q --no-install-recommends \
     "${missing[@]}" >/dev/null
+  # The switch tests start their own FRR daemons in a namespace; the host's stays off.
+  if [[ " ${missing[*]} " == *" frr "* ]] && command -v systemctl >/dev/null; then
+    "${SUDO[@]}" systemctl disable --now frr >/dev/null 2>&1 || true
+  fi
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv

@@ -31,7 +31,8 @@ class Dialect:
 
 
 DIALECTS: dict[str, Dialect] = {
-    # Tested against fake-switches' cisco_generic over SSH (tests/integration/test_switches.py).
+    # Tested over SSH against fake-switches' cisco_generic and FRRouting's vtysh
+    # (tests/integration/test_switches.py, test_switches_frr.py).
     "cisco_ios": Dialect("cisco_ios", "show running-config", "write memory", "undo"),
     # Same line-based engine; not run against a device or simulator in this project.
     "eos": Dialect("arista_eos", "show running-config", "copy running-config startup-config",
