@@ -93,8 +93,7 @@ def compare(host: str, nic: str, host_policy: RocePolicy, host_mtu_bytes: int,
 
     host_pfc = set(host_policy.pfc_priorities)
     # A switch may have more lossless priorities than the host uses (SONiC's 3,4), never fewer.
-    if not host_pfc <= qos.lossless_priorities or (
-            not host_pfc and qos.lossless_priorities and host_policy.mode == "lossless"):
+    if not host_pfc <= qos.lossless_priorities:
         bad("pfc", prios(host_policy.pfc_priorities), prios(qos.lossless_priorities))
     got = qos.dscp_to_priority.get(host_policy.roce_dscp, 0)
     if got != host_policy.roce_priority:

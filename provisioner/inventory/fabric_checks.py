@@ -14,7 +14,7 @@ from provisioner.inventory.cabling import (
     endpoints,
     is_switch,
     parse_port,
-    rack_leaf,
+    rack_leaves,
     resolve,
     roce_nics,
 )
@@ -39,8 +39,9 @@ def _rules_have_leaves(loaded: LoadedSite, eps: dict[str, Endpoint], emit: Emit)
     if not loaded.site.cabling.rules:
         return
     racks = {ep.rack for ep in eps.values() if roce_nics(loaded.site, ep.node)}
+    leaves = rack_leaves(eps)
     for rack in sorted(racks):
-        if rack_leaf(eps, rack) is None:
+        if rack not in leaves:
             emit("no-rack-leaf", ("cabling", "rules", 0),
                  f"rule rack_leaf: rack {rack} has RoCE nodes but no RoCE switch",
                  "place a switch block with switch_role: roce and management in that rack")

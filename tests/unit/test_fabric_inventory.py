@@ -75,3 +75,17 @@ def test_oversubscription_reported(tmp_path: Path) -> None:
     found = _site(tmp_path, RULE, RULE + "\n  uplinks:\n"
                   "    - {switch: leaf01, switch_port: swp64}")
     assert found == []  # 800 down, 800 up: 1:1 is not reported
+
+
+def test_rule_without_a_leaf_and_link_to_a_non_switch(tmp_path: Path) -> None:
+    found = _site(tmp_path, RULE, '    - {rule: rack_leaf, nic: roce, port_pattern: "p{n}"}\n'
+                  "  links:\n    - {node: dgx01, nic: roce, switch: stor01, switch_port: p1}")
+    codes = [c for c, _, _ in found]
+    assert "cabling-unknown-switch" in codes
+    (tmp_path / "x").mkdir()
+    for f in EXAMPLE.glob("*.yaml"):
+        shutil.copy(f, tmp_path / "x" / f.name)
+    pl = tmp_path / "x" / "placements.yaml"
+    pl.write_text(pl.read_text().replace("block: sn5600", "block: mgmt-switch-1g", 1))
+    codes = [f.code for f in check(load(tmp_path / "x"))]
+    assert "no-rack-leaf" in codes and codes.count("roce-nic-uncabled") == 2
