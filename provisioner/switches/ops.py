@@ -14,8 +14,10 @@ from fnmatch import fnmatch
 from typing import Literal
 
 from provisioner import fabric, secrets
-from provisioner.errors import FabricError, ProvisionerError
+from provisioner.errors import FabricError, InventoryError, ProvisionerError
 from provisioner.inventory.cabling import endpoints
+from provisioner.inventory.checks import check as check_inventory
+from provisioner.inventory.findings import Category, errors
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import NetworkKind
 from provisioner.switches import cli_diff
@@ -77,6 +79,10 @@ def selected(names: list[str], limit: str | None) -> list[str]:
 def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool = False,
         limit: str | None = None, connect: DriverFactory = netmiko_factory,
         max_parallel: int = 8, timeout_s: float = 20.0) -> list[SwitchOutcome]:
+    bad = [f for f in errors(check_inventory(loaded)) if f.category is Category.INVENTORY]
+    if bad:  # a miscabled site renders wrong ports: never send that to a switch
+        raise InventoryError(f"the inventory has {len(bad)} error(s); run `provision validate`",
+                             findings=bad)
     rendered = {r.spec.hostname: r for r in fabric.render_all(loaded)}
     names = selected(list(rendered), limit)
     if limit and not names:

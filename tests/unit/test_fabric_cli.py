@@ -70,3 +70,10 @@ def test_undo_restores_or_negates() -> None:
     applied = cli_diff.commands(todo)
     assert cli_diff.undo(applied, todo, running) == [
         "no logging host 10.0.0.1", "interface Gi0/1", "no mtu 9000", "description old"]
+
+
+def test_push_refuses_a_miscabled_site_before_connecting(tmp_path: Path) -> None:
+    site = _site(tmp_path, '"swp{n}s0"', '"swp{n}s7"', name="site.yaml")
+    result = runner.invoke(app, ["fabric", "push", str(site)])
+    assert result.exit_code == 3
+    assert "sn5600 ports split into at most 2" in result.output
