@@ -27,12 +27,26 @@ Emit = Callable[..., None]
 def check(loaded: LoadedSite, emit: Emit) -> None:
     site = loaded.site
     eps = endpoints(site, loaded.catalog)
+    if not (site.cabling.links or site.cabling.rules):
+        _not_cabled(loaded, eps, emit)
+        return
     links = list(resolve(site, loaded.catalog))
     _rules_have_leaves(loaded, eps, emit)
     _cabled_once(loaded, eps, links, emit)
     _ports(eps, links, emit)
     _mtu(links, emit)
     _oversubscription(loaded, eps, links, emit)
+
+
+def _not_cabled(loaded: LoadedSite, eps: dict[str, Endpoint], emit: Emit) -> None:
+    """A site without `cabling:` (written before it existed) is valid: one warning only."""
+    roce = [ep for ep in eps.values() if not is_switch(ep) and roce_nics(loaded.site, ep.node)]
+    if roce:
+        emit("fabric-not-cabled", roce[0].path,
+             f"{len(roce)} node(s) have RoCE ports but the site has no cabling: switch "
+             "configs are not rendered, checked or pushed",
+             "add cabling: rules (rack_leaf) or links; see docs/fabric.md",
+             severity=Severity.WARNING)
 
 
 def _rules_have_leaves(loaded: LoadedSite, eps: dict[str, Endpoint], emit: Emit) -> None:

@@ -89,3 +89,15 @@ def test_rule_without_a_leaf_and_link_to_a_non_switch(tmp_path: Path) -> None:
     pl.write_text(pl.read_text().replace("block: sn5600", "block: mgmt-switch-1g", 1))
     codes = [f.code for f in check(load(tmp_path / "x"))]
     assert "no-rack-leaf" in codes and codes.count("roce-nic-uncabled") == 2
+
+
+def test_site_without_cabling_is_valid_with_one_warning(tmp_path: Path) -> None:
+    for f in EXAMPLE.glob("*.yaml"):
+        shutil.copy(f, tmp_path / f.name)
+    site = tmp_path / "site.yaml"
+    text = site.read_text()
+    site.write_text(text[:text.index("cabling:")])
+    found = check(load(tmp_path))
+    assert not [f for f in found if f.severity is Severity.ERROR]
+    assert [f.code for f in found if f.code.startswith(("fabric", "roce"))] == [
+        "fabric-not-cabled"]
