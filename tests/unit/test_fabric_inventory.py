@@ -40,10 +40,11 @@ def test_port_names() -> None:
 
 
 def test_uncabled_nic(tmp_path: Path) -> None:
-    found = _site(tmp_path, RULE, "    []")
-    codes = [c for c, _, _ in found]
-    assert codes.count("roce-nic-uncabled") == 2
-    assert any("placements.yaml" in loc and "dgx01" in msg for _, msg, loc in found)
+    found = _site(tmp_path, RULE, "    []\n  links:\n"
+                  "    - {node: dgx01, nic: roce, switch: leaf01, switch_port: swp1}")
+    assert [(c, m) for c, m, _ in found if c == "roce-nic-uncabled"] == [
+        ("roce-nic-uncabled", "RoCE port roce of dgx02 is not cabled to any switch")]
+    assert any("placements.yaml" in loc and "dgx02" in msg for _, msg, loc in found)
 
 
 def test_port_used_twice(tmp_path: Path) -> None:
