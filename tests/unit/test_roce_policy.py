@@ -46,3 +46,18 @@ def test_sonic_keeps_two_lossless_queues() -> None:
 def test_host_vars_match_role_defaults() -> None:
     hv = roce.host_vars(roce.policy(Roce()))
     assert hv["roce_host_tos"] == 106 and hv["roce_host_pfc"] == "0,0,0,1,0,0,0,0"
+
+
+def test_rendered_host_vars_are_the_policy(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Until render calls roce.py, the group_vars it writes must equal roce.host_vars()."""
+    import yaml
+
+    from provisioner import render
+    from provisioner.inventory import load
+    from tests.conftest import EXAMPLE
+
+    loaded = load(EXAMPLE)
+    render.render(loaded, tmp_path / "out")
+    gv = yaml.safe_load((tmp_path / "out" / "inventory/group_vars/all.yml").read_text())
+    want = roce.host_vars(roce.policy(loaded.site.software.roce))
+    assert {k: gv[k] for k in want} == want
