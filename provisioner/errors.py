@@ -23,6 +23,7 @@ class ExitCode(IntEnum):
     PLAYBOOK = 7
     STATE = 8
     NODES_FAILED = 9  # `provision up` finished, and at least one node failed (others went on)
+    FABRIC = 10  # hosts and switches disagree on RoCE QoS, or a switch push failed
     INTERRUPTED = 130
 
 
@@ -80,6 +81,12 @@ class PlaybookError(ProvisionerError):
 
 class StateError(ProvisionerError):
     exit_code = ExitCode.STATE
+
+
+class FabricError(ProvisionerError):
+    """The RoCE fabric is inconsistent (host vs switch) or a switch operation failed."""
+
+    exit_code = ExitCode.FABRIC
 
 
 class Interrupted(ProvisionerError):

@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 # System packages: python venv support, and the real peers the lab and the tests run
 # (OpenIPMI's ipmi_sim and ipmitool for IPMI BMCs; debootstrap, ssh and iproute2 for the
 # SSH test hosts in network namespaces; dnsmasq to check rendered network-boot configs;
-# headless chromium and a font to test `provision report` as a browser shows it).
+# headless chromium and a font to test `provision report` as a browser shows it; FRRouting,
+# whose vtysh is the real router CLI the switch tests push to).
 APT_PACKAGES=(python3-venv openipmi ipmitool iproute2 debootstrap openssh-client util-linux
-  dnsmasq-base chromium fonts-dejavu-core)
+  dnsmasq-base chromium fonts-dejavu-core frr)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -24,6 +25,10 @@ if ((${#missing[@]})); then
   "${SUDO[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -q --no-install-recommends \
     "${missing[@]}" >/dev/null
+  # The switch tests start their own FRR daemons in a namespace; the host's stays off.
+  if [[ " ${missing[*]} " == *" frr "* ]] && command -v systemctl >/dev/null; then
+    "${SUDO[@]}" systemctl disable --now frr >/dev/null 2>&1 || true
+  fi
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
@@ -33,5 +38,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "bootstrap: installing Python packages into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e ".[test]"
+  # The SSH switch simulator for the fabric tests. --no-deps: fake-switches 1.5.0 pins
+  # Twisted<17, which does not build on Python 3.11; its run-time deps are in the test extra.
+  .venv/bin/python -m pip install -q --no-deps "fake-switches==1.5.0"
   echo "$want" > "$stamp"
 fi

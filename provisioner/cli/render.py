@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from provisioner import results
 from provisioner import render as render_mod
+from provisioner import results
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.inventory import load
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from ipaddress import IPv4Address, ip_address
 
 from provisioner import power
-from provisioner.inventory import compat
+from provisioner.inventory import compat, fabric_checks
 from provisioner.inventory.findings import Category, Finding, Severity
 from provisioner.inventory.loader import KeyPath, LoadedSite
 from provisioner.inventory.models import (
@@ -55,6 +55,7 @@ def check(loaded: LoadedSite, basis: power.Basis = "nameplate") -> list[Finding]
     emit.findings.extend(loaded.warnings)
     for fn in (_placements, _uniqueness, _networks, _credentials, _software, _kubernetes):
         fn(loaded, emit)
+    fabric_checks.check(loaded, emit)
     _budgets(loaded, emit, basis)
     return emit.findings
 

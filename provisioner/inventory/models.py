@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from provisioner.inventory.fabric_models import Cabling
+
 # RFC 1123 host label: letters, digits, hyphen; 1-63 chars; no leading/trailing hyphen.
 # Lower case only: Kubernetes node names must be lower case (RFC 1123 subdomain).
 HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -158,6 +160,9 @@ class Nic(Model):
     ports: int = Field(ge=1, le=256, description="number of ports")
     speed_gbps: float = Field(gt=0, le=1600, description="port speed, Gbit/s")
     model: str | None = Field(default=None, description="NIC model")
+    # Ways one port splits into (swp1s0..swp1s3 = 4): the switch's supported breakouts.
+    breakout: tuple[Annotated[int, Field(ge=2, le=8)], ...] = Field(
+        default=(), description="ways one port can be split (breakout), e.g. [2, 4]")
 
 
 class BlockType(Model):
@@ -283,6 +288,9 @@ class SwitchAccess(Model):
         description="switch operating system")
     credentials: Name = Field(description="name of an entry under credentials")
     port: int = Field(default=22, ge=1, le=65535, description="SSH port")
+    address: str | None = Field(default=None, min_length=1, max_length=253,
+                                description="SSH address; default: the node's address on "
+                                "the management network")
 
 
 class Role(StrEnum):
@@ -435,6 +443,8 @@ class Roce(Model):
     def _distinct(self) -> Roce:
         if self.priority == self.cnp_priority:
             raise ValueError("RoCE and CNP priorities must differ")
+        if self.dscp == self.cnp_dscp:
+            raise ValueError("RoCE and CNP DSCP values must differ")
         return self
 
 
@@ -499,3 +509,4 @@ class Site(Model):
     placements: tuple[Placement, ...] = ()
     software: Software = Software()
     provisioning: Provisioning = Provisioning()
+    cabling: Cabling = Cabling()

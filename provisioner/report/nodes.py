@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import servers
-from provisioner.state import Phase, StateStore, state_path
+from provisioner.profile import for_site
+from provisioner.state import Phase, StateStore
 
 RUNS_SHOWN = 10
 
@@ -70,7 +71,7 @@ def _age(seconds: float) -> str:
 
 def read_state(loaded: LoadedSite, *, wanted: bool, now: datetime) -> StateView | None:
     """The state section: None when not asked for and no store exists."""
-    path = state_path(loaded)
+    path = for_site(loaded).state_path
     if not path.exists():
         if not wanted:
             return None

@@ -15,7 +15,8 @@ from provisioner import power
 from provisioner.cli import app
 from provisioner.inventory import check, load
 from provisioner.report import build, read_state, render_html, svg, to_json
-from provisioner.state import Phase, StateStore, state_path
+from provisioner.state import Phase, StateStore
+from provisioner.workflows.up import state_path
 from tests.conftest import EXAMPLE, FIXTURES, VSCALER
 
 runner = CliRunner()

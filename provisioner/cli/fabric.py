@@ -1,0 +1,105 @@
+"""provision fabric check|diff|push|render: RoCE switch configs from the inventory."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from provisioner import fabric as fabric_mod
+from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.errors import ExitCode
+from provisioner.inventory import load
+from provisioner.switches import ops
+
+app = typer.Typer(help="RoCE fabric: switch configs rendered, checked against hosts, pushed.",
+                  no_args_is_help=True)
+
+LimitOpt = Annotated[str | None, typer.Option(
+    "--limit", "-l", help="Only these switches: comma-separated globs.")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run",
+                                         help="Show what would be sent; send nothing.")]
+
+
+@app.command()
+@handle_errors
+def check(site: SiteArg = None, json_out: JsonOpt = False) -> None:
+    """Hosts vs switches (static): lossless priority, DSCP map, CNP priority and MTU agree on
+    every RoCE link. Exit 10 on any mismatch. (--live, reading the devices, is not done yet.)"""
+    loaded = load(resolve_site(site))
+    report = fabric_mod.check(loaded)
+    out = console(json_out)
+    code = ExitCode.OK if report.ok else ExitCode.FABRIC
+    if json_out:
+        out.emit_json({"schema": "provisioner.fabric.check/v1", "site": loaded.site.site.name,
+                       "ok": report.ok, "links_checked": report.links_checked,
+                       "exit_code": int(code),
+                       "mismatches": [asdict(m) for m in report.mismatches]})
+    else:
+        for m in report.mismatches:
+            out.out.print(f"[red]mismatch[/] {escape(m.format())}")
+        n = len(report.mismatches)
+        verdict = "[green]agree[/]" if report.ok else f"[red]disagree: {n} mismatch(es)[/]"
+        out.out.print(f"{report.links_checked} RoCE link(s) checked: hosts and switches {verdict}")
+    raise typer.Exit(int(code))
+
+
+@app.command()
+@handle_errors
+def render(site: SiteArg = None,
+           out_dir: Annotated[Path, typer.Option("--out", help="Directory to write into.")] = Path(
+               "build/fabric")) -> None:
+    """Write each switch's rendered config to OUT/<switch>/<file> (secret-free)."""
+    loaded = load(resolve_site(site))
+    out = console()
+    for r in fabric_mod.render_all(loaded):
+        path = out_dir / r.spec.hostname / r.renderer.file_name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(r.text)
+        out.out.print(f"{r.spec.hostname} ({r.spec.nos}): {path}")
+
+
+def _run(site: Path | None, push: bool, dry_run: bool, limit: str | None,
+         json_out: bool) -> None:
+    loaded = load(resolve_site(site))
+    results = ops.run(loaded, os.environ, push=push, dry_run=dry_run, limit=limit)
+    out = console(json_out)
+    failed = [r for r in results if not r.ok]
+    code = ExitCode.FABRIC if failed else ExitCode.OK
+    if json_out:
+        out.emit_json({"schema": "provisioner.fabric.push/v1" if push else
+                       "provisioner.fabric.diff/v1", "site": loaded.site.site.name,
+                       "dry_run": dry_run, "exit_code": int(code),
+                       "switches": [{"switch": r.switch, "nos": r.nos, "status": r.status,
+                                     "diff": r.diff, "commands": list(r.commands),
+                                     "applied": list(r.applied), "undone": list(r.undone),
+                                     "error": r.error} for r in results]})
+    else:
+        for r in results:
+            color = "green" if r.ok else "red"
+            out.out.print(f"[bold]{r.switch}[/] ({r.nos}): [{color}]{r.status}[/]"
+                          + (f": {escape(r.error)}" if r.error else ""))
+            if r.diff and (not push or dry_run or r.status != "pushed"):
+                out.out.print(escape(r.diff), end="")
+        out.out.print(f"{len(results) - len(failed)} ok, {len(failed)} failed")
+    raise typer.Exit(int(code))
+
+
+@app.command()
+@handle_errors
+def diff(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False) -> None:
+    """Running config vs rendered, per switch (reads the switches; changes nothing)."""
+    _run(site, False, True, limit, json_out)
+
+
+@app.command()
+@handle_errors
+def push(site: SiteArg = None, limit: LimitOpt = None, dry_run: DryRunOpt = False,
+         json_out: JsonOpt = False) -> None:
+    """Send only the difference, read back, verify, save; undo on a refused line. Exit 10
+    when any switch failed (the others still went on)."""
+    _run(site, True, dry_run, limit, json_out)

@@ -1,0 +1,95 @@
+"""Switch configuration for the RoCE fabric: one renderer per switch OS behind SwitchRenderer,
+fed from the same RocePolicy the hosts get (provisioner/roce.py) and the resolved cabling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from provisioner import roce
+from provisioner.errors import RenderError
+from provisioner.fabric.base import (
+    Mismatch,
+    PortSpec,
+    SwitchQos,
+    SwitchRenderer,
+    SwitchSpec,
+    compare,
+)
+from provisioner.fabric.eos import EosRenderer
+from provisioner.fabric.ios import IosRenderer
+from provisioner.fabric.nvue import NvueRenderer
+from provisioner.fabric.onyx import OnyxRenderer
+from provisioner.fabric.sonic import SonicRenderer
+from provisioner.inventory.cabling import endpoints, is_switch, resolve
+from provisioner.inventory.loader import LoadedSite
+
+__all__ = ["RENDERERS", "Mismatch", "PortSpec", "RenderedSwitch", "SwitchQos",
+           "SwitchRenderer", "SwitchSpec", "check", "compare", "render_all", "switch_specs"]
+
+RENDERERS: dict[str, SwitchRenderer] = {
+    r.nos: r for r in (NvueRenderer(), OnyxRenderer(), SonicRenderer(), EosRenderer(),
+                       IosRenderer())
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedSwitch:
+    spec: SwitchSpec
+    renderer: SwitchRenderer
+    text: str
+
+
+def switch_specs(loaded: LoadedSite) -> list[SwitchSpec]:
+    """One spec per managed switch that has cabled ports, in placement order."""
+    site = loaded.site
+    ports: dict[str, list[PortSpec]] = {}
+    for link in resolve(site, loaded.catalog):
+        ports.setdefault(link.switch, []).append(
+            PortSpec(link.switch_port, f"{link.node} {link.nic}", link.switch_mtu_bytes))
+    for up in site.cabling.uplinks:
+        ports.setdefault(up.switch, []).append(
+            PortSpec(up.switch_port, "uplink", site.cabling.switch_mtu_bytes))
+    specs = []
+    for name, ep in endpoints(site, loaded.catalog).items():
+        if not is_switch(ep) or name not in ports or ep.node.management is None:
+            continue
+        nos = ep.node.management.os
+        pol = roce.policy(site.software.roce, nos, mtu_bytes=site.cabling.switch_mtu_bytes)
+        specs.append(SwitchSpec(name, nos, pol, tuple(ports[name])))
+    return specs
+
+
+def render_all(loaded: LoadedSite) -> list[RenderedSwitch]:
+    out = []
+    for spec in switch_specs(loaded):
+        renderer = RENDERERS.get(spec.nos)
+        if renderer is None:
+            raise RenderError(f"{spec.hostname}: no switch renderer for '{spec.nos}'")
+        out.append(RenderedSwitch(spec, renderer, renderer.render(spec)))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class FabricReport:
+    links_checked: int
+    mismatches: tuple[Mismatch, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+
+def check(loaded: LoadedSite) -> FabricReport:
+    """Host side (the policy roles/roce_host gets) vs each switch config parsed back."""
+    host_policy = roce.policy(loaded.site.software.roce)
+    parsed = {r.spec.hostname: r.renderer.parse(r.text) for r in render_all(loaded)}
+    found: list[Mismatch] = []
+    count = 0
+    for link in resolve(loaded.site, loaded.catalog):
+        qos = parsed.get(link.switch)
+        if qos is None:
+            continue
+        count += 1
+        found += compare(link.node, link.nic, host_policy, link.host_mtu_bytes,
+                         link.switch, link.switch_port, qos)
+    return FabricReport(count, tuple(found))

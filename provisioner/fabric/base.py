@@ -1,0 +1,115 @@
+"""What every switch OS renderer gets and gives back, and the host-vs-switch comparison.
+
+A renderer turns a SwitchSpec (neutral: ports, MTU, RocePolicy) into its OS's text and parses
+that text back into SwitchQos, so `fabric check` compares what would really be pushed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import jinja2
+
+from provisioner.roce import RocePolicy
+
+TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates" / "switch"
+
+
+@dataclass(frozen=True, slots=True)
+class PortSpec:
+    name: str  # as written in the inventory (swp1s0, Eth1/1, Ethernet8)
+    description: str
+    mtu_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchSpec:
+    hostname: str
+    nos: str
+    policy: RocePolicy
+    ports: tuple[PortSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchQos:
+    """The QoS a rendered switch config sets, as read back from the text."""
+
+    lossless_priorities: frozenset[int]
+    dscp_to_priority: dict[int, int]
+    port_mtu_bytes: dict[str, int] = field(default_factory=dict)
+    trust_dscp: bool = True
+
+
+class SwitchRenderer(Protocol):
+    nos: str
+    file_name: str  # rendered file name, e.g. nvue.yaml
+
+    def render(self, spec: SwitchSpec) -> str: ...
+
+    def parse(self, text: str) -> SwitchQos: ...
+
+
+def template(nos: str, name: str) -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR / nos),
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+        trim_blocks=True, lstrip_blocks=True, autoescape=False)  # noqa: S701 - not HTML
+    return env.get_template(name)
+
+
+def default_classes(policy: RocePolicy) -> bool:
+    """True when the policy is NVIDIA's default (what `roce lossless` / `qos roce` sets)."""
+    return (policy.roce_dscp, policy.roce_priority, policy.cnp_dscp,
+            policy.cnp_priority) == (26, 3, 48, 6)
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    host: str
+    nic: str
+    switch: str
+    port: str
+    what: str  # pfc, dscp-map, cnp, mtu, trust
+    host_value: str
+    switch_value: str
+
+    def format(self) -> str:
+        return (f"{self.host} {self.nic} <-> {self.switch} {self.port}: {self.what}: "
+                f"host {self.host_value}, switch {self.switch_value}")
+
+
+def compare(host: str, nic: str, host_policy: RocePolicy, host_mtu_bytes: int,
+            switch: str, port: str, qos: SwitchQos) -> list[Mismatch]:
+    """Every way one host port and its switch port disagree on the RoCE contract."""
+    out: list[Mismatch] = []
+
+    def bad(what: str, hv: object, sv: object) -> None:
+        out.append(Mismatch(host, nic, switch, port, what, str(hv), str(sv)))
+
+    def prios(values: frozenset[int] | tuple[int, ...]) -> str:
+        return ",".join(map(str, sorted(values))) or "none"
+
+    host_pfc = set(host_policy.pfc_priorities)
+    # A switch may have more lossless priorities than the host uses (SONiC's 3,4), never fewer.
+    if not host_pfc <= qos.lossless_priorities:
+        bad("pfc", prios(host_policy.pfc_priorities), prios(qos.lossless_priorities))
+    got = qos.dscp_to_priority.get(host_policy.roce_dscp, 0)
+    if got != host_policy.roce_priority:
+        bad("dscp-map", f"DSCP {host_policy.roce_dscp} -> priority {host_policy.roce_priority}",
+            f"DSCP {host_policy.roce_dscp} -> priority {got}")
+    cnp = qos.dscp_to_priority.get(host_policy.cnp_dscp, 0)
+    if cnp != host_policy.cnp_priority:
+        bad("cnp", f"DSCP {host_policy.cnp_dscp} -> priority {host_policy.cnp_priority}",
+            f"DSCP {host_policy.cnp_dscp} -> priority {cnp}")
+    elif cnp in qos.lossless_priorities:
+        bad("cnp", f"CNP priority {cnp} lossy", f"CNP priority {cnp} lossless (PFC on)")
+    if not qos.trust_dscp:
+        bad("trust", "DSCP marked", "switch does not trust DSCP")
+    mtu = qos.port_mtu_bytes.get(port)
+    if mtu is None:
+        bad("mtu", host_mtu_bytes, "port not configured")
+    elif mtu < host_mtu_bytes:
+        bad("mtu", host_mtu_bytes, mtu)
+    return out

@@ -1,0 +1,42 @@
+"""Arista EOS CLI: DSCP -> traffic-class map, per-port trust, PFC no-drop and ECN on tx-queue."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from provisioner.fabric.base import PortSpec, SwitchQos, SwitchSpec, template
+
+EOS_MAX_MTU_BYTES = 9214  # EOS interface `mtu` accepts 68-9214
+_MAP = re.compile(r"^qos map dscp (\d+) to traffic-class (\d+)$")
+_PFC = re.compile(r"^priority-flow-control priority (\d+) no-drop$")
+
+
+class EosRenderer:
+    nos = "eos"
+    file_name = "eos.cfg"
+
+    def render(self, spec: SwitchSpec) -> str:
+        ports = tuple(PortSpec(p.name, p.description, min(p.mtu_bytes, EOS_MAX_MTU_BYTES))
+                      for p in spec.ports)
+        return template("eos", "eos.cfg.j2").render(spec=replace(spec, ports=ports))
+
+    def parse(self, text: str) -> SwitchQos:
+        mapping: dict[int, int] = {}
+        pfc: set[int] = set()
+        mtus: dict[str, int] = {}
+        trust = True
+        port = None
+        for raw in text.splitlines():
+            ln = raw.strip()
+            if m := _MAP.match(ln):
+                mapping[int(m.group(1))] = int(m.group(2))
+            elif ln.startswith("interface "):
+                port = ln.split()[1]
+            elif port and ln.startswith("mtu "):
+                mtus[port] = int(ln.split()[1])
+            elif port and ln == "no qos trust":
+                trust = False
+            elif m := _PFC.match(ln):
+                pfc.add(int(m.group(1)))
+        return SwitchQos(frozenset(pfc), mapping, mtus, trust)

@@ -1,0 +1,104 @@
+"""SONiC config_db: the RoCE tables as JSON, applied as an RFC 6902 JSON Patch
+(`config apply-patch`) computed against the switch's running config_db.
+
+Built in Python, not a template: JSON is data, and a template could emit invalid JSON.
+Based on SONiC community defaults (DOMAIN.md section 2 [S]): PORT_QOS_MAP pfc_enable "3,4",
+dscp_to_tc_map AZURE, lossless queues on WRED_PROFILE AZURE_LOSSLESS with ecn_all; and
+sonic-net/SONiC doc "Configuration.md" (PORT, PORT_QOS_MAP, QUEUE, WRED_PROFILE tables).
+Map references are plain names (SONiC 202012 and later), not the older "[TABLE|NAME]".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from provisioner.fabric.base import SwitchQos, SwitchSpec
+
+MAP = "AZURE"  # SONiC's default QoS map and profile names, kept so buffer templates match
+WRED = "AZURE_LOSSLESS"
+Json = dict[str, Any]
+
+
+def tables(spec: SwitchSpec) -> Json:
+    p = spec.policy
+    lossless = ",".join(map(str, p.pfc_priorities))
+    dscp = {str(d): "0" for d in range(64)}
+    dscp.update({str(d): str(prio) for d, prio in p.dscp_to_priority})
+    identity = {str(i): str(i) for i in range(8)}
+    port_qos: Json = {"dscp_to_tc_map": MAP, "tc_to_queue_map": MAP, "tc_to_pg_map": MAP}
+    if lossless:
+        port_qos |= {"pfc_to_queue_map": MAP, "pfc_enable": lossless, "pfcwd_sw_enable": lossless}
+    queues: Json = {}
+    buffer_pg: Json = {}
+    for port in spec.ports:
+        queues[f"{port.name}|0"] = {"scheduler": "scheduler.default"}
+        queues[f"{port.name}|{p.roce_priority}"] = {"scheduler": "scheduler.roce",
+                                                    "wred_profile": WRED}
+        for q in p.pfc_priorities:
+            queues[f"{port.name}|{q}"] = {"scheduler": "scheduler.roce", "wred_profile": WRED}
+            buffer_pg[f"{port.name}|{q}"] = {"profile": "ingress_lossless_profile"}
+        queues[f"{port.name}|{p.cnp_priority}"] = {"scheduler": "scheduler.cnp"}
+    out: Json = {
+        "DSCP_TO_TC_MAP": {MAP: dscp},
+        "TC_TO_QUEUE_MAP": {MAP: identity},
+        "TC_TO_PRIORITY_GROUP_MAP": {MAP: identity},
+        "MAP_PFC_PRIORITY_TO_QUEUE": {MAP: identity},
+        "SCHEDULER": {
+            "scheduler.default": {"type": "DWRR", "weight": str(p.default_ets_weight_pct)},
+            "scheduler.roce": {"type": "DWRR", "weight": str(p.roce_ets_weight_pct)},
+            "scheduler.cnp": {"type": "STRICT"},
+        },
+        "WRED_PROFILE": {WRED: {
+            "ecn": "ecn_all", "wred_green_enable": "true",
+            "green_min_threshold": str(p.ecn_min_bytes),
+            "green_max_threshold": str(p.ecn_max_bytes),
+            "green_drop_probability": str(p.ecn_probability_pct)}},
+        "PORT": {port.name: {"mtu": str(port.mtu_bytes), "description": port.description}
+                 for port in spec.ports},
+        "PORT_QOS_MAP": {port.name: dict(port_qos) for port in spec.ports},
+        "QUEUE": queues,
+    }
+    if buffer_pg:
+        out["BUFFER_PG"] = buffer_pg
+    return out
+
+
+def _pointer(parts: list[str]) -> str:
+    return "".join("/" + s.replace("~", "~0").replace("/", "~1") for s in parts)
+
+
+def json_patch(running: Json, desired: Json, _at: list[str] | None = None) -> list[Json]:
+    """RFC 6902 operations that make `running` hold every value of `desired`. Keys the
+    renderer does not manage are left alone (no remove ops): other config stays as it is."""
+    at = _at or []
+    ops: list[Json] = []
+    for key in sorted(desired):
+        want = desired[key]
+        if key not in running:
+            ops.append({"op": "add", "path": _pointer([*at, key]), "value": want})
+        elif isinstance(want, dict) and isinstance(running[key], dict):
+            ops.extend(json_patch(running[key], want, [*at, key]))
+        elif running[key] != want:
+            ops.append({"op": "replace", "path": _pointer([*at, key]), "value": want})
+    return ops
+
+
+class SonicRenderer:
+    nos = "sonic"
+    file_name = "config_db.json"
+
+    def render(self, spec: SwitchSpec) -> str:
+        return json.dumps(tables(spec), indent=2, sort_keys=True) + "\n"
+
+    def parse(self, text: str) -> SwitchQos:
+        db: Json = json.loads(text)
+        pfc: set[int] = set()
+        mapping: dict[int, int] = {}
+        for qos in db.get("PORT_QOS_MAP", {}).values():
+            pfc |= {int(x) for x in qos.get("pfc_enable", "").split(",") if x}
+            name = qos.get("dscp_to_tc_map", "")
+            mapping |= {int(d): int(t) for d, t in
+                        db.get("DSCP_TO_TC_MAP", {}).get(name, {}).items()}
+        mtus = {name: int(v["mtu"]) for name, v in db.get("PORT", {}).items() if "mtu" in v}
+        return SwitchQos(frozenset(pfc), mapping, mtus, bool(mapping))

@@ -1,0 +1,181 @@
+"""Fabric checks: every RoCE NIC cabled once, no switch port used twice, ports within the
+switch's count and breakout, MTU fits end to end, leaf uplink oversubscription reported.
+
+No I/O; findings carry key paths that the loader's SourceMap turns into file:line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from provisioner.inventory.cabling import (
+    Endpoint,
+    ResolvedLink,
+    endpoints,
+    is_switch,
+    parse_port,
+    rack_leaves,
+    resolve,
+    roce_nics,
+)
+from provisioner.inventory.findings import Severity
+from provisioner.inventory.loader import LoadedSite
+
+Emit = Callable[..., None]
+
+
+def check(loaded: LoadedSite, emit: Emit) -> None:
+    site = loaded.site
+    eps = endpoints(site, loaded.catalog)
+    if not (site.cabling.links or site.cabling.rules):
+        _not_cabled(loaded, eps, emit)
+        return
+    links = list(resolve(site, loaded.catalog))
+    _rules_have_leaves(loaded, eps, emit)
+    _cabled_once(loaded, eps, links, emit)
+    _ports(eps, links, emit)
+    _mtu(links, emit)
+    _oversubscription(loaded, eps, links, emit)
+
+
+def _not_cabled(loaded: LoadedSite, eps: dict[str, Endpoint], emit: Emit) -> None:
+    """A site without `cabling:` (written before it existed) is valid: one warning only."""
+    roce = [ep for ep in eps.values() if not is_switch(ep) and roce_nics(loaded.site, ep.node)]
+    if roce:
+        emit("fabric-not-cabled", roce[0].path,
+             f"{len(roce)} node(s) have RoCE ports but the site has no cabling: switch "
+             "configs are not rendered, checked or pushed",
+             "add cabling: rules (rack_leaf) or links; see docs/fabric.md",
+             severity=Severity.WARNING)
+
+
+def _rules_have_leaves(loaded: LoadedSite, eps: dict[str, Endpoint], emit: Emit) -> None:
+    if not loaded.site.cabling.rules:
+        return
+    racks = {ep.rack for ep in eps.values() if roce_nics(loaded.site, ep.node)}
+    leaves = rack_leaves(eps)
+    for rack in sorted(racks):
+        if rack not in leaves:
+            emit("no-rack-leaf", ("cabling", "rules", 0),
+                 f"rule rack_leaf: rack {rack} has RoCE nodes but no RoCE switch",
+                 "place a switch block with switch_role: roce and management in that rack")
+
+
+def _cabled_once(loaded: LoadedSite, eps: dict[str, Endpoint], links: list[ResolvedLink],
+                 emit: Emit) -> None:
+    seen: dict[tuple[str, str], ResolvedLink] = {}
+    for link in links:
+        ep, sw = eps.get(link.node), eps.get(link.switch)
+        if ep is None or is_switch(ep):
+            emit("cabling-unknown-node", (*link.path, "node"),
+                 f"cabling names '{link.node}', which is not a server in the placements")
+            continue
+        if sw is None or not is_switch(sw):
+            emit("cabling-unknown-switch", (*link.path, "switch"),
+                 f"cabling names switch '{link.switch}', which is not a switch with management")
+            continue
+        if link.nic not in roce_nics(loaded.site, ep.node):
+            emit("cabling-unknown-nic", (*link.path, "nic"),
+                 f"{link.node} has no RoCE port '{link.nic}'",
+                 f"RoCE ports of {link.node}: {', '.join(roce_nics(loaded.site, ep.node)) or '-'}")
+        key = (link.node, link.nic)
+        if key in seen:
+            emit("nic-cabled-twice", link.path,
+                 f"{link.node} {link.nic} is cabled twice ({seen[key].switch} "
+                 f"{seen[key].switch_port} and {link.switch} {link.switch_port})")
+        seen.setdefault(key, link)
+    for name, ep in eps.items():
+        if is_switch(ep):
+            continue
+        for nic in roce_nics(loaded.site, ep.node):
+            if (name, nic) not in seen:
+                emit("roce-nic-uncabled", ep.path,
+                     f"RoCE port {nic} of {name} is not cabled to any switch",
+                     "add a cabling link or a rack_leaf rule for this nic")
+
+
+def _ports(eps: dict[str, Endpoint], links: list[ResolvedLink], emit: Emit) -> None:
+    used: dict[tuple[str, str], str] = {}
+    whole: dict[tuple[str, int], str] = {}
+    subs: dict[tuple[str, int], str] = {}
+    for link in links:
+        sw = eps.get(link.switch)
+        if sw is None or sw.node.management is None:
+            continue
+        where = (*link.path, "switch_port")
+        user = f"{link.node} {link.nic}"
+        key = (link.switch, link.switch_port)
+        if key in used:
+            emit("switch-port-reused", where,
+                 f"{link.switch} port {link.switch_port} is used twice ({used[key]} and {user})")
+            continue
+        used[key] = user
+        nos = sw.node.management.os
+        port = parse_port(nos, link.switch_port)
+        if port is None:
+            emit("switch-port-name", where,
+                 f"'{link.switch_port}' is not a port name on {nos} ({link.switch})")
+            continue
+        nic = sw.block.nics[0] if sw.block.nics else None
+        if nic is None:
+            continue
+        if nos != "sonic" and not 1 <= port.number <= nic.ports:
+            emit("switch-port-range", where,
+                 f"{link.switch} ({sw.block.name}) has ports 1-{nic.ports}; "
+                 f"{link.switch_port} is port {port.number}")
+            continue
+        speed = nic.speed_gbps
+        if port.sub is not None:
+            ways = max(nic.breakout, default=1)
+            if port.sub >= ways:
+                emit("switch-breakout", where,
+                     f"{link.switch_port}: {sw.block.name} ports split into at most {ways} "
+                     f"(catalog breakout {list(nic.breakout)})")
+                continue
+            speed = nic.speed_gbps / ways
+            subs[(link.switch, port.number)] = user
+        else:
+            whole[(link.switch, port.number)] = user
+        if (link.switch, port.number) in whole and (link.switch, port.number) in subs:
+            emit("switch-port-reused", where,
+                 f"{link.switch} port {port.number} is used whole and broken out")
+        if link.host_speed_gbps and link.host_speed_gbps > speed:
+            emit("link-speed", where,
+                 f"{user} is {link.host_speed_gbps:g} Gb/s but {link.switch} "
+                 f"{link.switch_port} gives {speed:g} Gb/s", severity=Severity.WARNING)
+
+
+def _mtu(links: list[ResolvedLink], emit: Emit) -> None:
+    for link in links:
+        if link.host_mtu_bytes > link.switch_mtu_bytes:
+            emit("mtu-mismatch", link.path,
+                 f"{link.node} {link.nic} MTU {link.host_mtu_bytes} is larger than "
+                 f"{link.switch} {link.switch_port} MTU {link.switch_mtu_bytes}: "
+                 "jumbo RoCE frames would be dropped",
+                 "raise switch_mtu_bytes (9216 on Spectrum) or lower the network mtu")
+
+
+def _oversubscription(loaded: LoadedSite, eps: dict[str, Endpoint],
+                      links: list[ResolvedLink], emit: Emit) -> None:
+    down_gbps: dict[str, float] = {}
+    for link in links:
+        down_gbps[link.switch] = down_gbps.get(link.switch, 0.0) + (link.host_speed_gbps or 0)
+    up_gbps: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for i, uplink in enumerate(loaded.site.cabling.uplinks):
+        sw = eps.get(uplink.switch)
+        speed = 0.0
+        if sw and sw.block.nics and sw.node.management:
+            nic = sw.block.nics[0]
+            port = parse_port(sw.node.management.os, uplink.switch_port)
+            ways = max(nic.breakout, default=1) if port and port.sub is not None else 1
+            speed = nic.speed_gbps / ways
+        up_gbps[uplink.switch] = up_gbps.get(uplink.switch, 0.0) + speed
+        first.setdefault(uplink.switch, i)
+    for switch, up in up_gbps.items():
+        ratio = down_gbps.get(switch, 0.0) / up if up else 0.0
+        if ratio > 1.0:
+            emit("leaf-oversubscribed", ("cabling", "uplinks", first[switch]),
+                 f"{switch}: {down_gbps[switch]:g} Gb/s down, {up:g} Gb/s up = "
+                 f"{ratio:.2f}:1 oversubscribed (RoCE training fabrics are built 1:1)",
+                 severity=Severity.WARNING)

@@ -1,0 +1,42 @@
+"""The switch driver interface (a Protocol, like bmc/base.py) and what a push reports."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from provisioner.secrets import Secret
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where and how to reach one switch. The password stays a Secret until the edge."""
+
+    hostname: str
+    nos: str
+    address: str
+    port: int
+    username: str
+    password: Secret
+    timeout_s: float = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """Commands sent in order: `applied` were accepted; `failed` (if any) was refused with
+    `error` and nothing after it was sent."""
+
+    applied: tuple[str, ...]
+    failed: str | None = None
+    error: str | None = None
+
+
+class SwitchDriver(Protocol):
+    def running_config(self) -> str: ...
+
+    def apply(self, commands: Sequence[str]) -> ApplyResult: ...
+
+    def save(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,142 @@
+"""`fabric diff` and `fabric push`: per switch, read the running config, diff it against the
+rendered one, send only the difference, read back, verify, save; undo on failure.
+
+A simple bounded fan-out for now (the step engine will take it over); one switch's failure
+never stops the others. The driver factory is injected: the core never imports netmiko.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from fnmatch import fnmatch
+from typing import Literal
+
+from provisioner import fabric, secrets
+from provisioner.errors import FabricError, InventoryError, ProvisionerError
+from provisioner.inventory.cabling import endpoints
+from provisioner.inventory.checks import check as check_inventory
+from provisioner.inventory.findings import Category, errors
+from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.models import NetworkKind
+from provisioner.switches import cli_diff
+from provisioner.switches.base import Endpoint, SwitchDriver
+
+Status = Literal["unchanged", "changes", "pushed", "rolled_back", "failed"]
+DriverFactory = Callable[[Endpoint], SwitchDriver]
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchOutcome:
+    switch: str
+    nos: str
+    status: Status
+    diff: str = ""
+    commands: tuple[str, ...] = ()
+    applied: tuple[str, ...] = ()  # lines the switch accepted during the push
+    undone: tuple[str, ...] = ()  # compensating lines sent after a failure
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("unchanged", "changes", "pushed")
+
+
+def netmiko_factory(ep: Endpoint) -> SwitchDriver:
+    from provisioner.switches.netmiko_driver import NetmikoDriver  # the edge, loaded late
+
+    return NetmikoDriver(ep)
+
+
+def endpoint(loaded: LoadedSite, hostname: str, env: Mapping[str, str],
+             timeout_s: float = 20.0) -> Endpoint:
+    site = loaded.site
+    ep = endpoints(site, loaded.catalog)[hostname]
+    mgmt = ep.node.management
+    if mgmt is None:
+        raise FabricError(f"{hostname}: no management access in the inventory")
+    nets = {n.name for n in site.networks if n.kind is NetworkKind.MANAGEMENT}
+    address = mgmt.address or next(
+        (str(a) for name, a in ep.node.addresses.items() if name in nets), None)
+    if address is None:
+        raise FabricError(f"{hostname}: no management address",
+                          hint="set management.address or an address on the management network")
+    cred = site.credentials.get(mgmt.credentials)
+    if cred is None:
+        raise FabricError(f"{hostname}: credentials '{mgmt.credentials}' are not defined")
+    password = secrets.resolve(cred.password, env, loaded.base_dir)
+    return Endpoint(hostname, mgmt.os, address, mgmt.port, cred.username, password, timeout_s)
+
+
+def selected(names: list[str], limit: str | None) -> list[str]:
+    if not limit:
+        return names
+    globs = [g.strip() for g in limit.split(",") if g.strip()]
+    return [n for n in names if any(fnmatch(n, g) for g in globs)]
+
+
+def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool = False,
+        limit: str | None = None, connect: DriverFactory = netmiko_factory,
+        max_parallel: int = 8, timeout_s: float = 20.0) -> list[SwitchOutcome]:
+    bad = [f for f in errors(check_inventory(loaded)) if f.category is Category.INVENTORY]
+    if bad:  # a miscabled site renders wrong ports: never send that to a switch
+        raise InventoryError(f"the inventory has {len(bad)} error(s); run `provision validate`",
+                             findings=bad)
+    rendered = {r.spec.hostname: r for r in fabric.render_all(loaded)}
+    names = selected(list(rendered), limit)
+    if limit and not names:
+        raise FabricError(f"--limit {limit} matches no switch with cabled ports",
+                          hint=f"switches: {', '.join(rendered) or 'none'}")
+
+    def one(name: str) -> SwitchOutcome:
+        r = rendered[name]
+        try:
+            ep = endpoint(loaded, name, env, timeout_s)
+            drv = connect(ep)
+        except ProvisionerError as exc:
+            return SwitchOutcome(name, r.spec.nos, "failed", error=str(exc))
+        try:
+            return _switch(drv, name, r.spec.nos, r.text, push and not dry_run)
+        except ProvisionerError as exc:
+            return SwitchOutcome(name, r.spec.nos, "failed", error=str(exc))
+        except Exception as exc:  # a driver bug or a dropped session: this switch only
+            return SwitchOutcome(name, r.spec.nos, "failed",
+                                 error=f"{type(exc).__name__} talking to {name}")
+        finally:
+            drv.close()
+
+    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(names)))) as pool:
+        return list(pool.map(one, names))
+
+
+def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool) -> SwitchOutcome:
+    running = drv.running_config()
+    cmds = tuple(cli_diff.plan(desired, running))
+    diff = cli_diff.unified(desired, running, name)
+    if not cmds:
+        return SwitchOutcome(name, nos, "unchanged")
+    if not push:
+        return SwitchOutcome(name, nos, "changes", diff, cmds)
+    todo = cli_diff.missing(desired, running)
+    res = drv.apply(cmds)
+    problem = None
+    if res.failed is not None:
+        problem = (f"'{res.failed}' refused ({res.error}) after {len(res.applied)} accepted "
+                   "line(s)")
+    else:
+        left = cli_diff.plan(desired, drv.running_config())
+        if left:
+            problem = f"read-back: {len(left)} line(s) missing after the push, first '{left[0]}'"
+    if problem is None:
+        drv.save()
+        return SwitchOutcome(name, nos, "pushed", diff, cmds, res.applied)
+    undo = tuple(cli_diff.undo(res.applied, todo, running))
+    undo_res = drv.apply(undo)
+    after = set(cli_diff.paths(drv.running_config()))
+    leftover = [p[-1] for p in todo if p in after]
+    if undo_res.failed is None and not leftover:
+        return SwitchOutcome(name, nos, "rolled_back", diff, cmds, res.applied, undo,
+                             f"{problem}; undone, running config is as before")
+    return SwitchOutcome(name, nos, "failed", diff, cmds, res.applied, undo_res.applied,
+                         f"{problem}; undo incomplete, still applied: {', '.join(leftover)}")

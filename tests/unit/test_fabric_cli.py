@@ -1,0 +1,79 @@
+"""`provision fabric check|render` (no switches needed) and the pure CLI diff/undo logic."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from provisioner.cli import app
+from provisioner.switches import cli_diff
+from tests.conftest import EXAMPLE
+
+runner = CliRunner()
+
+
+def _site(tmp_path: Path, old: str, new: str, name: str = "placements.yaml") -> Path:
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    f = site / name
+    assert old in f.read_text()
+    f.write_text(f.read_text().replace(old, new))
+    return site
+
+
+def test_check_example_agrees() -> None:
+    result = runner.invoke(app, ["fabric", "check", str(EXAMPLE), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["ok"] and doc["links_checked"] == 2 and doc["mismatches"] == []
+
+
+def test_check_mismatch_exits_10_and_names_both_ends(tmp_path: Path) -> None:
+    # A leaf whose dialect carries no RoCE QoS: every host on it disagrees.
+    site = _site(tmp_path, "management: {os: cumulus, credentials: switch}",
+                 "management: {os: cisco_ios, credentials: switch}")
+    site_yaml = site / "site.yaml"
+    site_yaml.write_text(site_yaml.read_text().replace('"swp{n}s0"', '"Ethernet0/{n}"'))
+    result = runner.invoke(app, ["fabric", "check", str(site), "--json"])
+    assert result.exit_code == 10
+    doc = json.loads(result.output)
+    pfc = [m for m in doc["mismatches"] if m["what"] == "pfc" and m["host"] == "dgx01"]
+    assert pfc == [{"host": "dgx01", "nic": "roce", "switch": "leaf01", "port": "Ethernet0/1",
+                    "what": "pfc", "host_value": "3", "switch_value": "none"}]
+    text = runner.invoke(app, ["fabric", "check", str(site)]).output
+    # The IOS dialect renders descriptions only, so it sets no MTU on the port either.
+    assert "dgx02 roce <-> leaf01 Ethernet0/2: mtu: host 9000, switch port not configured" in text
+    assert "dgx02 roce <-> leaf01 Ethernet0/2: dscp-map" in text
+
+
+def test_render_writes_secret_free_files(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["fabric", "render", str(EXAMPLE), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "leaf01" / "nvue.yaml").read_text()
+    assert "swp1s0:" in text and "PROVISION_SWITCH_PASSWORD" not in text
+
+
+def test_cli_diff_sends_only_the_difference() -> None:
+    running = "hostname x\n!\ninterface Gi0/1\n description dgx01 roce\n!\ninterface Gi0/2\n"
+    desired = "interface Gi0/1\n description dgx01 roce\ninterface Gi0/2\n description dgx02\n"
+    assert cli_diff.plan(desired, running) == ["interface Gi0/2", "description dgx02"]
+    assert cli_diff.plan(desired, running + " description dgx02\n") == []
+
+
+def test_undo_restores_or_negates() -> None:
+    running = "interface Gi0/1\n description old\n"
+    desired = "interface Gi0/1\n description new\n mtu 9000\nlogging host 10.0.0.1\n"
+    todo = cli_diff.missing(desired, running)
+    applied = cli_diff.commands(todo)
+    assert cli_diff.undo(applied, todo, running) == [
+        "no logging host 10.0.0.1", "interface Gi0/1", "no mtu 9000", "description old"]
+
+
+def test_push_refuses_a_miscabled_site_before_connecting(tmp_path: Path) -> None:
+    site = _site(tmp_path, '"swp{n}s0"', '"swp{n}s7"', name="site.yaml")
+    result = runner.invoke(app, ["fabric", "push", str(site)])
+    assert result.exit_code == 3
+    assert "sn5600 ports split into at most 2" in result.output
