@@ -61,10 +61,7 @@ class RocePolicy:
 
 
 def tos(dscp: int) -> int:
-    """RDMA-CM ToS byte: DSCP in the upper six bits, ECT(0) in the lower two (26 -> 106).
-
-    Same semantics as render.roce_tos (copied, not moved; render will call this after merge).
-    """
+    """RDMA-CM ToS byte: DSCP in the upper six bits, ECT(0) in the lower two (26 -> 106)."""
     if not 0 <= dscp <= 63:
         raise ValueError(f"DSCP {dscp} is outside 0-63")
     return (dscp << 2) | ECT0

@@ -3,7 +3,6 @@ quirk table, retries, and a bounded fan-out over many nodes."""
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping
 
 from provisioner.bmc.base import (
@@ -20,7 +19,7 @@ from provisioner.bmc.pool import DEFAULT_CONCURRENCY, NodeResult, run_many
 from provisioner.credentials import CredentialResolver
 from provisioner.errors import ConfigError
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.topology import bmc_nodes
+from provisioner.inventory.topology import bmc_nodes, select
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -41,15 +40,8 @@ __all__ = [
 
 
 def select_hosts(hostnames: list[str], limit: str | None) -> list[str]:
-    """Ansible-style --limit: comma-separated glob patterns; '!pattern' excludes."""
-    if not limit:
-        return hostnames
-    pats = [p.strip() for p in limit.split(",") if p.strip()]
-    include = [p for p in pats if not p.startswith("!")]
-    exclude = [p[1:] for p in pats if p.startswith("!")]
-    chosen = [h for h in hostnames
-              if (not include or any(fnmatch.fnmatchcase(h, p) for p in include))
-              and not any(fnmatch.fnmatchcase(h, p) for p in exclude)]
+    """Ansible-style --limit (topology.select); a limit that matches nothing is an error."""
+    chosen = select(hostnames, limit)
     if not chosen:
         raise ConfigError(f"--limit {limit!r} matches no node with a BMC",
                           hint="patterns are globs on host names, for example 'dgx*,cp01'")

@@ -11,9 +11,11 @@ import typer
 from rich.markup import escape
 
 from provisioner import fabric as fabric_mod
+from provisioner import profile
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.errors import ExitCode
 from provisioner.inventory import load
+from provisioner.state import StateStore
 from provisioner.switches import ops
 
 app = typer.Typer(help="RoCE fabric: switch configs rendered, checked against hosts, pushed.",
@@ -66,7 +68,8 @@ def render(site: SiteArg = None,
 def _run(site: Path | None, push: bool, dry_run: bool, limit: str | None,
          json_out: bool) -> None:
     loaded = load(resolve_site(site))
-    results = ops.run(loaded, os.environ, push=push, dry_run=dry_run, limit=limit)
+    results = ops.run(loaded, os.environ, push=push, dry_run=dry_run, limit=limit,
+                      store=StateStore(profile.for_site(loaded).state_path) if push else None)
     out = console(json_out)
     failed = [r for r in results if not r.ok]
     code = ExitCode.FABRIC if failed else ExitCode.OK

@@ -6,6 +6,7 @@ Ansible uses, which hosts are servers, who is in roce_nodes) is written once.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass
 
@@ -47,6 +48,18 @@ class HostPlan:
     @property
     def is_server(self) -> bool:
         return self.block.kind is not BlockKind.SWITCH
+
+
+def select(hostnames: list[str], limit: str | None) -> list[str]:
+    """Ansible-style --limit: comma-separated glob patterns; '!pattern' excludes."""
+    if not limit:
+        return hostnames
+    pats = [p.strip() for p in limit.split(",") if p.strip()]
+    include = [p for p in pats if not p.startswith("!")]
+    exclude = [p[1:] for p in pats if p.startswith("!")]
+    return [h for h in hostnames
+            if (not include or any(fnmatch.fnmatchcase(h, p) for p in include))
+            and not any(fnmatch.fnmatchcase(h, p) for p in exclude)]
 
 
 def group_name(*parts: str) -> str:

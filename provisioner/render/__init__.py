@@ -18,6 +18,7 @@ import jinja2
 import yaml
 
 from provisioner import __version__
+from provisioner import roce as roce_mod
 from provisioner.errors import RenderError
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import (
@@ -74,15 +75,6 @@ def kernel_modules_for(loaded: LoadedSite, block: BlockType) -> str:
     return "open" if branch >= 560 else "proprietary"
 
 
-def roce_tos(dscp: int) -> int:
-    """RDMA-CM ToS byte: DSCP in the upper six bits, ECT(0) = 2 in the lower two (26 -> 106)."""
-    return (dscp << 2) | 2
-
-
-def pfc_vector(priority: int) -> str:
-    return ",".join("1" if i == priority else "0" for i in range(8))
-
-
 def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
     site, sw = loaded.site, loaded.site.software
     drv = sw.nvidia_driver
@@ -97,13 +89,8 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
         "base_os_mirror": sw.mirror or "",
         "dcgm_diag_level": sw.dcgm.diag_level,
         "roce_host_interfaces": list(roce.interfaces),
-        "roce_host_dscp": roce.dscp,
-        "roce_host_priority": roce.priority,
-        "roce_host_cnp_dscp": roce.cnp_dscp,
-        "roce_host_cnp_priority": roce.cnp_priority,
-        "roce_host_tos": roce_tos(roce.dscp),
-        "roce_host_pfc": pfc_vector(roce.priority),
-        "roce_host_mode": roce.mode,
+        # the same contract renders the switch side (provisioner/roce.py, fabric/)
+        **roce_mod.host_vars(roce_mod.policy(roce)),
         "roce_host_doca_version": sw.doca or "",
         "ansible_user": site.site.ssh.user,
         "ansible_port": site.site.ssh.port,

@@ -1,27 +1,31 @@
 """`fabric diff` and `fabric push`: per switch, read the running config, diff it against the
 rendered one, send only the difference, read back, verify, save; undo on failure.
 
-A simple bounded fan-out for now (the step engine will take it over); one switch's failure
-never stops the others. The driver factory is injected: the core never imports netmiko.
+Switches run on the step engine's fan-out (bounded, a deadline per switch); one switch's
+failure never stops the others. With a state store, the push holds the site's lock and
+each switch's outcome lands in its event log. The driver factory is injected: the core
+never imports netmiko.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from fnmatch import fnmatch
+from dataclasses import asdict, dataclass
 from typing import Literal
 
-from provisioner import fabric, secrets
+from provisioner import fabric
+from provisioner.credentials import CredentialResolver
 from provisioner.errors import FabricError, InventoryError, ProvisionerError
 from provisioner.inventory.cabling import endpoints
 from provisioner.inventory.checks import check as check_inventory
 from provisioner.inventory.findings import Category, errors
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import NetworkKind
+from provisioner.inventory.topology import select
+from provisioner.state import StateStore
 from provisioner.switches import cli_diff
 from provisioner.switches.base import Endpoint, SwitchDriver
+from provisioner.workflows.engine import fan_out
 
 Status = Literal["unchanged", "changes", "pushed", "rolled_back", "failed"]
 DriverFactory = Callable[[Endpoint], SwitchDriver]
@@ -49,7 +53,7 @@ def netmiko_factory(ep: Endpoint) -> SwitchDriver:
     return NetmikoDriver(ep)
 
 
-def endpoint(loaded: LoadedSite, hostname: str, env: Mapping[str, str],
+def endpoint(loaded: LoadedSite, hostname: str, logins: CredentialResolver,
              timeout_s: float = 20.0) -> Endpoint:
     site = loaded.site
     ep = endpoints(site, loaded.catalog)[hostname]
@@ -62,29 +66,24 @@ def endpoint(loaded: LoadedSite, hostname: str, env: Mapping[str, str],
     if address is None:
         raise FabricError(f"{hostname}: no management address",
                           hint="set management.address or an address on the management network")
-    cred = site.credentials.get(mgmt.credentials)
-    if cred is None:
-        raise FabricError(f"{hostname}: credentials '{mgmt.credentials}' are not defined")
-    password = secrets.resolve(cred.password, env, loaded.base_dir)
-    return Endpoint(hostname, mgmt.os, address, mgmt.port, cred.username, password, timeout_s)
-
-
-def selected(names: list[str], limit: str | None) -> list[str]:
-    if not limit:
-        return names
-    globs = [g.strip() for g in limit.split(",") if g.strip()]
-    return [n for n in names if any(fnmatch(n, g) for g in globs)]
+    login = logins.login(mgmt.credentials, user_of=hostname)
+    return Endpoint(hostname, mgmt.os, address, mgmt.port, login.username, login.password,
+                    timeout_s)
 
 
 def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool = False,
         limit: str | None = None, connect: DriverFactory = netmiko_factory,
-        max_parallel: int = 8, timeout_s: float = 20.0) -> list[SwitchOutcome]:
+        max_parallel: int = 8, timeout_s: float = 20.0,
+        store: StateStore | None = None) -> list[SwitchOutcome]:
+    """Diff (or push) every selected switch. With `store`, a push takes the site's lock and
+    records a run with one event per switch."""
     bad = [f for f in errors(check_inventory(loaded)) if f.category is Category.INVENTORY]
     if bad:  # a miscabled site renders wrong ports: never send that to a switch
         raise InventoryError(f"the inventory has {len(bad)} error(s); run `provision validate`",
                              findings=bad)
     rendered = {r.spec.hostname: r for r in fabric.render_all(loaded)}
-    names = selected(list(rendered), limit)
+    names = select(list(rendered), limit)
+    logins = CredentialResolver(loaded, env)
     if limit and not names:
         raise FabricError(f"--limit {limit} matches no switch with cabled ports",
                           hint=f"switches: {', '.join(rendered) or 'none'}")
@@ -92,7 +91,7 @@ def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool
     def one(name: str) -> SwitchOutcome:
         r = rendered[name]
         try:
-            ep = endpoint(loaded, name, env, timeout_s)
+            ep = endpoint(loaded, name, logins, timeout_s)
             drv = connect(ep)
         except ProvisionerError as exc:
             return SwitchOutcome(name, r.spec.nos, "failed", error=str(exc))
@@ -106,8 +105,30 @@ def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool
         finally:
             drv.close()
 
-    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(names)))) as pool:
-        return list(pool.map(one, names))
+    def fan() -> list[SwitchOutcome]:
+        # A switch that hangs past its deadline (every step of it times out on its own, so
+        # this is the backstop) is failed; the others go on.
+        deadline_s = timeout_s * 6 + 60
+        done = fan_out(names, one, concurrency=max_parallel, deadline_s=deadline_s)
+        return [d.value if d.value is not None else SwitchOutcome(
+            d.key, rendered[d.key].spec.nos, "failed",
+            error=f"no result after {deadline_s:g} s; abandoned" if d.timed_out
+            else f"{type(d.error).__name__} talking to {d.key}") for d in done]
+
+    if store is None or not push or dry_run:
+        return fan()
+    with store.exclusive():
+        store.close_stale_runs()
+        run_id = store.start_run("fabric push" + (f" --limit {limit}" if limit else ""))
+        status = "failed"
+        try:
+            outcomes = fan()
+            for o in outcomes:
+                store.record(o.switch, "fabric_push", asdict(o), run_id=run_id)
+            status = "ok" if all(o.ok for o in outcomes) else "failed"
+        finally:
+            store.end_run(run_id, status)
+    return outcomes
 
 
 def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool) -> SwitchOutcome:

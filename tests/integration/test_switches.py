@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.secrets import Secret
+from provisioner.state import StateStore
 from provisioner.switches import cli_diff
 from provisioner.switches.base import Endpoint
 from provisioner.switches.ops import _switch
@@ -143,6 +144,15 @@ def test_cli_diff_push_one_failure_does_not_block(sim_site: Path) -> None:
     assert proc.returncode == 10
     by = {s["switch"]: s for s in json.loads(proc.stdout)["switches"]}
     assert by["leaf01"]["status"] == "pushed" and by["mgmt01"]["status"] == "failed"
+    # each switch's outcome is in the site's event log, under one recorded run
+    store = StateStore(sim_site / ".provision" / "state.db")
+    pushed = {e.hostname: e for e in store.events() if e.kind == "fabric_push"}
+    assert pushed["leaf01"].detail["status"] == "pushed"
+    assert pushed["mgmt01"].detail["status"] == "failed"
+    assert pushed["leaf01"].run_id == pushed["mgmt01"].run_id
+    assert store.runs(1)[0]["command"] == "fabric push" and store.runs(1)[0]["status"] == "failed"
+    assert "admin" not in (sim_site / ".provision" / "state.db").read_bytes().decode(
+        "utf-8", "replace").replace('"admin"', "")
     proc = provision("fabric", "diff", str(sim_site), "--limit", "leaf01", "--json",
                      env=env, timeout=60)
     assert proc.returncode == 0

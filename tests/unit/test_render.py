@@ -13,7 +13,7 @@ import shutil
 import pytest
 import yaml
 
-from provisioner import render
+from provisioner import render, roce
 from provisioner.errors import RenderError
 from provisioner.inventory import compat, load
 from tests.conftest import EXAMPLE, FIXTURES, ROOT
@@ -123,6 +123,6 @@ def test_artifacts_list_what_roles_fetch():
 
 
 def test_roce_values_derived_from_dscp():
-    assert render.roce_tos(26) == 106
-    assert render.pfc_vector(3) == "0,0,0,1,0,0,0,0"
+    assert roce.tos(26) == 106
+    assert roce.pfc_vector(3) == "0,0,0,1,0,0,0,0"
     assert render.group_name("rack", "R-01") == "rack_r_01"

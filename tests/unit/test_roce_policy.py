@@ -6,8 +6,6 @@ import pytest
 
 from provisioner import roce
 from provisioner.inventory.models import Roce
-from provisioner.render import pfc_vector as render_pfc_vector
-from provisioner.render import roce_tos as render_roce_tos
 
 
 def test_nvidia_defaults() -> None:
@@ -19,14 +17,15 @@ def test_nvidia_defaults() -> None:
     assert (p.ecn_min_bytes, p.ecn_max_bytes) == (150_000, 1_500_000)
 
 
-@pytest.mark.parametrize("dscp", [0, 26, 46, 63])
-def test_tos_same_as_render(dscp: int) -> None:
-    assert roce.tos(dscp) == render_roce_tos(dscp)
+@pytest.mark.parametrize(("dscp", "tos"), [(0, 2), (26, 106), (46, 186), (63, 254)])
+def test_tos_is_dscp_shifted_with_ect0(dscp: int, tos: int) -> None:
+    assert roce.tos(dscp) == tos
 
 
 @pytest.mark.parametrize("prio", range(8))
-def test_pfc_vector_same_as_render(prio: int) -> None:
-    assert roce.pfc_vector(prio) == render_pfc_vector(prio)
+def test_pfc_vector_enables_only_that_priority(prio: int) -> None:
+    bits = roce.pfc_vector(prio).split(",")
+    assert len(bits) == 8 and bits[prio] == "1" and bits.count("1") == 1
 
 
 def test_out_of_range_refused() -> None:
@@ -49,7 +48,7 @@ def test_host_vars_match_role_defaults() -> None:
 
 
 def test_rendered_host_vars_are_the_policy(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """Until render calls roce.py, the group_vars it writes must equal roce.host_vars()."""
+    """The group_vars render writes for the roce_host role are roce.host_vars() of the site."""
     import yaml
 
     from provisioner import render
