@@ -91,9 +91,10 @@ def _emit_validate(out: Console, site: str | None, code: ExitCode, errs: list[Fi
     })
 
 
-def _checked(loaded: LoadedSite, basis: str) -> None:
+def _checked(loaded: LoadedSite, basis: BasisChoice) -> None:
     """The checks `validate` runs; inventory errors (not budget ones) stop the command."""
-    errs = [f for f in errors(check(loaded, basis)) if f.category is not Category.BUDGET]
+    errs = [f for f in errors(check(loaded, basis.value))
+            if f.category is not Category.BUDGET]
     if errs:
         raise InventoryError(f"{len(errs)} error(s) in the inventory: {errs[0].format()} "
                              "(run `provision validate` for all of them)", findings=errs)
@@ -106,7 +107,7 @@ def power(site: SiteArg = None, json_out: JsonOpt = False,
     inventory is invalid (the same checks as validate)."""
     path = resolve_site(site)
     loaded = load(path)
-    _checked(loaded, basis.value)
+    _checked(loaded, basis)
     report = power_mod.budget(loaded.site, loaded.catalog, basis.value)
     out = console(json_out)
     if json_out:
