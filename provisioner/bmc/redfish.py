@@ -41,6 +41,7 @@ from provisioner.bmc.retry import RetryPolicy, retry
 from provisioner.errors import (
     BmcAuthError,
     BmcError,
+    BmcProtocolError,
     BmcRefused,
     BmcTimeout,
     BmcUnreachable,
@@ -367,6 +368,9 @@ class RedfishDriver:
                              status=status) from None
         except sushy_exc.ConnectionError as exc:
             raise _connection_error(node, self.base_url, exc) from None
+        except requests.exceptions.JSONDecodeError:  # a subclass of RequestException
+            raise BmcProtocolError(f"{node}: {self.base_url} answered with something that is "
+                                   "not JSON (not a Redfish service)", hint=_NOT_REDFISH) from None
         except requests.exceptions.RequestException as exc:
             raise _connection_error(node, self.base_url, exc) from None
         except (sushy_exc.MissingAttributeError, sushy_exc.MissingActionError,
@@ -382,13 +386,12 @@ class RedfishDriver:
 
     def _get(self, path: str) -> JSON:
         conn = self._connect()
-        body: JSON = self._retry(lambda: conn.get(path).json())
-        return body
+        return _json_body(self.target.node, self._retry(lambda: conn.get(path)))
 
     def _get_with_etag(self, path: str) -> tuple[JSON, str | None]:
         conn = self._connect()
         resp = self._retry(lambda: conn.get(path))
-        return resp.json(), resp.headers.get("ETag")
+        return _json_body(self.target.node, resp), resp.headers.get("ETag")
 
     def _system_uri(self) -> str:
         if self._system_path:
@@ -602,6 +605,27 @@ class RedfishDriver:
         if root is not None:
             with contextlib.suppress(Exception):  # best effort: the BMC expires sessions
                 root._auth.close()  # deletes a Redfish session if one was made
+
+
+_NOT_REDFISH = "check that the address and port are the BMC's Redfish service"
+
+
+def _json_body(node: str, resp: requests.Response) -> JSON:
+    """A Redfish resource: a JSON object, or a protocol error naming status and content type."""
+    ctype = resp.headers.get("Content-Type") or "no Content-Type"
+    try:
+        body = resp.json()
+    except ValueError:
+        raise BmcProtocolError(
+            f"{node}: BMC answered HTTP {resp.status_code} with {_short(ctype)[:80]}, not JSON "
+            "(a protocol error: not a Redfish response)", status=resp.status_code,
+            content_type=ctype, hint=_NOT_REDFISH) from None
+    if not isinstance(body, dict):
+        raise BmcProtocolError(
+            f"{node}: BMC answered HTTP {resp.status_code} with JSON that is not a JSON object "
+            "(a protocol error: not a Redfish resource)", status=resp.status_code,
+            content_type=ctype, hint=_NOT_REDFISH)
+    return body
 
 
 def _short(text: str) -> str:
