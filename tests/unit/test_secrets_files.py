@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 
@@ -16,7 +15,7 @@ from provisioner.inventory import check, load
 from provisioner.secrets import write_private
 from provisioner.state import StateStore
 from provisioner.statedir import state_dir
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, requires_git
 
 VALID = (FIXTURES / "valid_small.yaml").read_text()
 REDFISH = "bmc: {protocol: redfish, address: 10.2.0.11, credentials: bmc}"
@@ -37,9 +36,8 @@ def test_write_private_over_a_readable_file_never_exposes_the_secret(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["bmc-password"]  # no temp file left
 
 
+@requires_git
 def test_state_dir_is_private_and_ignored_by_git(tmp_path):
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     (tmp_path / "site.yaml").write_text(VALID)
     StateStore(tmp_path / ".provision" / "state.db")
