@@ -15,6 +15,7 @@ from typing import Annotated, ParamSpec, TypeVar
 import click
 import typer
 
+from provisioner import resources
 from provisioner.console import Console
 from provisioner.errors import ExitCode, ProvisionerError
 
@@ -44,7 +45,7 @@ def resolve_site(arg: Path | None) -> Path:
         return Path(env)
     if DEFAULT_SITE.exists():
         return DEFAULT_SITE
-    return Path(__file__).resolve().parents[2] / DEFAULT_SITE
+    return resources.example_site()
 
 
 class State:

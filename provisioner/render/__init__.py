@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from provisioner import __version__
+from provisioner import __version__, resources
 from provisioner.errors import RenderError
 from provisioner.inventory.checks import default_roles
 from provisioner.inventory.loader import LoadedSite
@@ -32,10 +32,9 @@ from provisioner.inventory.models import (
     Role,
 )
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOKS_DIR = PROJECT_ROOT / "playbooks"
-ROLES_DIR = PROJECT_ROOT / "roles"
-TEMPLATES_DIR = PROJECT_ROOT / "templates"
+PLAYBOOKS_DIR = resources.playbooks_dir()
+ROLES_DIR = resources.roles_dir()
+TEMPLATES_DIR = resources.templates_dir()
 GROUP_RE = re.compile(r"[^a-z0-9_]")
 SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:/@+=, -]*$")
 WELL_KNOWN_GROUPS = ("servers", "switches", "kube_control_plane", "kube_node", "gpu_nodes",
