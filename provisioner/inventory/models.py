@@ -22,6 +22,18 @@ from pydantic import (
     model_validator,
 )
 
+from provisioner.inventory.fields import (
+    BmcAddress,
+    GpuModel,
+    KubeVersion,
+    LabelKey,
+    LabelValue,
+    LocalPath,
+    MirrorUrl,
+    SystemId,
+    UserName,
+)
+
 # RFC 1123 host label: letters, digits, hyphen; 1-63 chars; no leading/trailing hyphen.
 # Lower case only: Kubernetes node names must be lower case (RFC 1123 subdomain).
 HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -138,7 +150,7 @@ class Psu(Model):
 
 
 class Gpus(Model):
-    model: str = Field(min_length=1, max_length=64)
+    model: GpuModel  # becomes a label value (fields.py)
     count: int = Field(ge=1, le=72)
     architecture: GpuArch
 
@@ -215,7 +227,7 @@ class SecretRef(Model):
 
 
 class Credentials(Model):
-    username: str = Field(min_length=1, max_length=64)
+    username: UserName
     password: SecretRef
 
     @field_validator("password", mode="before")
@@ -244,10 +256,10 @@ class BmcProtocol(StrEnum):
 
 class Bmc(Model):
     protocol: BmcProtocol
-    address: str = Field(min_length=1, max_length=253)
+    address: BmcAddress
     port: int | None = Field(default=None, ge=1, le=65535)
     credentials: Name
-    system_id: str | None = Field(default=None, max_length=128)
+    system_id: SystemId | None = None
     scheme: Literal["https", "http"] = "https"
     tls: Tls = Tls()
     cipher_suite: int = Field(default=17, ge=0, le=17)
@@ -284,7 +296,7 @@ class Node(Model):
     management: SwitchAccess | None = None
     addresses: dict[Name, IPv4Addr] = Field(default_factory=dict)
     macs: dict[Name, Mac] = Field(default_factory=dict)
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
 
 
 class Placement(Model):
@@ -365,7 +377,7 @@ class FabricManager(Model):
 
 
 class Kubernetes(Model):
-    version: Version
+    version: KubeVersion
     cni: Literal["calico", "cilium", "flannel"] = "calico"
     pod_cidr: IPv4Net = IPv4Network("10.244.0.0/16")
     service_cidr: IPv4Net = IPv4Network("10.96.0.0/12")
@@ -405,14 +417,14 @@ class Software(Model):
     doca: Version | None = None
     kubernetes: Kubernetes | None = None
     roce: Roce = Roce()
-    mirror: str | None = Field(default=None, description="local package mirror (air-gapped)")
+    mirror: MirrorUrl | None = Field(default=None, description="local package mirror (air-gapped)")
 
 
 class Ssh(Model):
     """How Ansible reaches the nodes once their OS is up (key path only, never a key)."""
 
     user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")] = "root"
-    private_key_file: str | None = None
+    private_key_file: LocalPath | None = None
     port: int = Field(default=22, ge=1, le=65535)
 
 
