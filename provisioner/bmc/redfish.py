@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ from requests.adapters import HTTPAdapter
 from sushy import auth as sushy_auth
 from sushy import exceptions as sushy_exc
 from sushy.connector import Connector
+from urllib3.exceptions import InsecureRequestWarning
 
 from provisioner.bmc.base import (
     ACTION_TARGET,
@@ -331,6 +333,9 @@ class RedfishDriver:
         conn = Connector(self.base_url, verify=self._verify(),
                          default_request_timeout=t.request_timeout_s,
                          connect_timeout=t.request_timeout_s)
+        # sushy's Connector turns urllib3's InsecureRequestWarning off for the whole process
+        # when verify is off; an inventory with tls.verify false keeps hearing about it.
+        warnings.simplefilter("default", InsecureRequestWarning)
         if t.tls.fingerprint_sha256:
             # sushy's Connector has no public hook for an adapter; its requests session does.
             conn._session.mount("https://", _PinnedAdapter(t.tls.fingerprint_sha256))
