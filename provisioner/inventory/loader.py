@@ -22,7 +22,14 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from provisioner.errors import InventoryError
 from provisioner.inventory.findings import Finding, Location, Severity
 from provisioner.inventory.models import BlockType, Site
-from provisioner.inventory.yamlsafe import MAX_FILE_BYTES, Lines, Loader, fail, parse
+from provisioner.inventory.yamlsafe import (
+    MAX_EXPANDED_NODES,
+    MAX_FILE_BYTES,
+    Lines,
+    Loader,
+    fail,
+    parse,
+)
 
 PathPart = str | int
 KeyPath = tuple[PathPart, ...]
@@ -126,7 +133,8 @@ class LoadedSite:
 # ---------------------------------------------------------------- parsing
 
 
-def _parse_file(path: Path, display: str) -> tuple[Any, yaml.Node | None, Lines]:
+def _parse_file(path: Path, display: str, budget: int = MAX_EXPANDED_NODES
+                ) -> tuple[Any, yaml.Node | None, Lines, int]:
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
@@ -136,7 +144,7 @@ def _parse_file(path: Path, display: str) -> tuple[Any, yaml.Node | None, Lines]
     except OSError as exc:
         raise InventoryError(f"{display}: cannot read: {exc.strerror}",
                              hint="check the path and its permissions") from None
-    return parse(raw, display)
+    return parse(raw, display, budget)
 
 
 def _inventory_files(root: Path) -> list[Path]:
@@ -167,10 +175,12 @@ def _merge(root: Path) -> tuple[dict[str, Any], SourceMap]:
     merged: dict[str, Any] = {}
     smap = SourceMap()
     problems: list[Finding] = []
+    budget = MAX_EXPANDED_NODES  # shared by all files: many files are not a way around it
     for path in _inventory_files(root):
         display = _display(path)
         smap.files.append(display)
-        data, node, smap.lines[display] = _parse_file(path, display)
+        data, node, smap.lines[display], used = _parse_file(path, display, budget)
+        budget -= used
         if data is None:
             continue
         if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
@@ -328,7 +338,7 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path) -> frozenset[str]
     if not path.is_file():
         return frozenset()
     display = _display(path)
-    data, _, _ = _parse_file(path, display)
+    data, _, _, _ = _parse_file(path, display)
     if not isinstance(data, dict) or not isinstance(data.get("bmc"), dict):
         raise fail(display, 1, 1, "the lab overlay is damaged",
                     "run `provision lab down` and `provision lab up` again")

@@ -78,12 +78,14 @@ def _decode(raw: bytes) -> str | None:
         return None
 
 
-def _guard(raw: bytes, display: str, lines: Lines) -> None:
-    """One pass over the parser's events: depth, expanded size and alias sanity."""
+def _guard(raw: bytes, display: str, lines: Lines, budget: int) -> int:
+    """One pass over the parser's events: depth, expanded size and alias sanity. Returns
+    the document's size with aliases expanded; refuses more than `budget` nodes."""
     parser = Loader(raw)
     stack: list[list[Any]] = []  # [expanded size so far, anchor or None]
     anchors: dict[str, int] = {}
     open_anchors: set[str] = set()
+    total = 0
     next_event: Any = parser.get_event
     try:
         while (ev := next_event()) is not None:
@@ -116,30 +118,35 @@ def _guard(raw: bytes, display: str, lines: Lines) -> None:
                 continue
             else:
                 continue
-            if size > MAX_EXPANDED_NODES:
+            if size > budget or total + size > budget:
                 line, col = lines.position(ev.start_mark)
                 raise fail(display, line, col,
-                           f"aliases expand the document to more than "
-                           f"{MAX_EXPANDED_NODES:,} nodes",
-                           "write the data out instead of nesting anchors",
-                           code="yaml-alias-bomb")
+                           f"the inventory has more than {MAX_EXPANDED_NODES:,} nodes once "
+                           "aliases are expanded", "write the data out instead of nesting "
+                           "anchors, or split the site", code="yaml-alias-bomb")
             if anchor:
                 anchors[anchor] = size
             if stack:
                 stack[-1][0] += size
+            else:
+                total += size
     finally:
         parser.dispose()
+    return total
 
 
-def parse(raw: bytes, display: str) -> tuple[Any, yaml.Node | None, Lines]:
-    """(data, node tree, line table) of one YAML document; InventoryError on anything else."""
+def parse(raw: bytes, display: str, budget: int = MAX_EXPANDED_NODES
+          ) -> tuple[Any, yaml.Node | None, Lines, int]:
+    """(data, node tree, line table, expanded node count) of one YAML document, which may
+    have at most `budget` nodes (a site's files share one budget); InventoryError on
+    anything else."""
     if len(raw) > MAX_FILE_BYTES:
         raise fail(display, 1, 1, f"file is {len(raw)} bytes; the limit is {MAX_FILE_BYTES}",
                    "split the inventory into several files in one directory")
     lines = Lines.of(raw)
     loader = None
     try:
-        _guard(raw, display, lines)
+        used = _guard(raw, display, lines, budget)
         loader = Loader(raw)
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
@@ -160,4 +167,4 @@ def parse(raw: bytes, display: str) -> tuple[Any, yaml.Node | None, Lines]:
     finally:
         if loader is not None:
             loader.dispose()
-    return data, node, lines
+    return data, node, lines, used

@@ -134,6 +134,22 @@ def test_bounded_memory(tmp_path, doc):
     assert r.returncode == 3, (r.returncode, r.stdout, r.stderr[-800:])
 
 
+def test_node_budget_is_shared_by_the_files_of_a_site(tmp_path, monkeypatch):
+    """Splitting a large document over many files is no way around the node limit."""
+    from provisioner.inventory import loader
+
+    monkeypatch.setattr(loader, "MAX_EXPANDED_NODES", 1000)
+    for i in range(4):
+        (tmp_path / f"part{i}.yaml").write_text(
+            f"x{i}: [" + ", ".join(["1"] * 300) + "]\n")
+    with pytest.raises(InventoryError) as exc:
+        load(tmp_path)
+    f = exc.value.findings[0]
+    assert f.code == "yaml-alias-bomb" and f.location.file.endswith("part3.yaml")
+    (tmp_path / "part3.yaml").unlink()
+    assert _code(tmp_path) != "yaml-alias-bomb"  # 3 x 300 fit: other errors only
+
+
 HOSTILE_ATOMS = ["site:", "racks:", "placements:", "- ", "&a ", "*a ", "&b ", "*b ", "[", "]",
                  "{", "}", ": ", ", ", "<<: *a", "? ", "---", "...", "'", '"', "x", "  ",
                  "\t", "!!str ", "!!map ", "%TAG ! tag:x,2000:\n", "#c", "|", ">", *BREAKS]
