@@ -152,7 +152,9 @@ def test_node_budget_is_shared_by_the_files_of_a_site(tmp_path, monkeypatch):
 
 HOSTILE_ATOMS = ["site:", "racks:", "placements:", "- ", "&a ", "*a ", "&b ", "*b ", "[", "]",
                  "{", "}", ": ", ", ", "<<: *a", "? ", "---", "...", "'", '"', "x", "  ",
-                 "\t", "!!str ", "!!map ", "%TAG ! tag:x,2000:\n", "#c", "|", ">", *BREAKS]
+                 "\t", "!!str ", "!!map ", "%TAG ! tag:x,2000:\n", "#c", "|", ">", *BREAKS,
+                 "&a [*b, *b, *b, *b, *b, *b, *b, *b]", "&b [*a, *a, *a, *a, *a, *a, *a, *a]",
+                 "&b {k: *a, l: *a, m: *a, n: *a}"]
 
 
 @settings(max_examples=150, deadline=None,
@@ -171,3 +173,17 @@ def test_generated_documents_with_every_line_break(tmp_path, atoms, depth, encod
             assert f.location is not None and f.location.line >= 1
             # +2: at the end of a text without a final line break libyaml adds one
             assert f.location.line <= text.count("\n") + text.count("\r") + 2
+
+
+def test_generated_documents_under_a_memory_limit(tmp_path):
+    """The same generated documents, in a process that may not use more than MEM_LIMIT."""
+    script = textwrap.dedent("""
+        import pathlib, resource, sys
+        resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[2]), int(sys.argv[2])))
+        from tests.unit.test_yaml_hostile import test_generated_documents_with_every_line_break
+        test_generated_documents_with_every_line_break(tmp_path=pathlib.Path(sys.argv[1]))
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path), str(MEM_LIMIT)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-1500:])
