@@ -86,3 +86,11 @@ def test_no_transport_warning_for_https_or_the_lab(tmp_path):
     (tmp_path / "lab.yaml").unlink()
     site.write_text(VALID)
     assert not any(f.code.startswith("bmc-") for f in check(load(site)))
+
+
+def test_state_dir_that_cannot_be_made_is_a_state_error(tmp_path):
+    from provisioner.errors import StateError
+
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(StateError, match="cannot prepare"):
+        state_dir(tmp_path / "file")
