@@ -301,6 +301,7 @@ class RedfishDriver:
         self._system_path: str | None = None
         self._quirks: Quirks | None = None
         self._snapshot: tuple[float, JSON] | None = None
+        self._last_answer: tuple[int, str] | None = None  # status, content type
 
     # -------------------------------------------------------- plumbing
 
@@ -333,6 +334,8 @@ class RedfishDriver:
         conn = Connector(self.base_url, verify=self._verify(),
                          default_request_timeout=t.request_timeout_s,
                          connect_timeout=t.request_timeout_s)
+        # What the BMC last answered, for protocol errors raised inside sushy.
+        conn._session.hooks["response"].append(self._remember_answer)
         # sushy's Connector turns urllib3's InsecureRequestWarning off for the whole process
         # when verify is off; an inventory with tls.verify false keeps hearing about it.
         warnings.simplefilter("default", InsecureRequestWarning)
@@ -374,8 +377,11 @@ class RedfishDriver:
         except sushy_exc.ConnectionError as exc:
             raise _connection_error(node, self.base_url, exc) from None
         except requests.exceptions.JSONDecodeError:  # a subclass of RequestException
-            raise BmcProtocolError(f"{node}: {self.base_url} answered with something that is "
-                                   "not JSON (not a Redfish service)", hint=_NOT_REDFISH) from None
+            status, ctype = self._last_answer or (None, "an unknown content type")
+            raise BmcProtocolError(
+                f"{node}: BMC answered HTTP {status} with {_short(ctype)[:80]}, not JSON "
+                "(a protocol error: not a Redfish response)", status=status,
+                content_type=ctype, hint=_NOT_REDFISH) from None
         except requests.exceptions.RequestException as exc:
             raise _connection_error(node, self.base_url, exc) from None
         except (sushy_exc.MissingAttributeError, sushy_exc.MissingActionError,
@@ -383,6 +389,10 @@ class RedfishDriver:
             raise BmcUnsupported(f"{node}: {_short(str(exc))}") from None
         except sushy_exc.SushyError as exc:
             raise BmcRefused(f"{node}: {_short(str(exc))}") from None
+
+    def _remember_answer(self, resp: requests.Response, *args: Any, **kwargs: Any) -> None:
+        self._last_answer = (resp.status_code, resp.headers.get("Content-Type") or
+                             "no Content-Type")
 
     def _retry(self, fn: Callable[[], T], deadline: float | None = None,
                policy: RetryPolicy | None = None) -> T:

@@ -4,6 +4,7 @@ real driver (sushy's connector and requests underneath)."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,7 +16,9 @@ from provisioner.bmc.base import BmcTarget
 from provisioner.bmc.redfish import RedfishDriver
 from provisioner.bmc.retry import RetryPolicy
 from provisioner.errors import BmcError, BmcProtocolError, BmcRefused
+from provisioner.inventory.models import Tls
 from provisioner.secrets import Secret
+from tests.integration.test_secrets_tls import _self_signed
 
 pytestmark = pytest.mark.integration
 
@@ -42,15 +45,22 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def garbage_bmc(request) -> Iterator[BmcTarget]:
-    handler = type("H", (_Handler,), {"answer": ANSWERS[request.param]})
+def garbage_bmc(request, tmp_path) -> Iterator[BmcTarget]:
+    name, _, scheme = request.param.partition("/")
+    handler = type("H", (_Handler,), {"answer": ANSWERS[name]})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if scheme == "https":  # the production path: sushy reads the service root itself
+        crt, key, _ = _self_signed(tmp_path)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(crt, key)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield BmcTarget(node="n01", protocol="redfish", address="127.0.0.1",
                         port=server.server_address[1], username="admin",
-                        password=Secret("pw"), scheme="http", request_timeout_s=5)
+                        password=Secret("pw"), scheme=scheme or "http",
+                        tls=Tls(verify=False), request_timeout_s=5)
     finally:
         server.shutdown()
         server.server_close()
@@ -63,7 +73,7 @@ def _driver(target: BmcTarget) -> RedfishDriver:
     return driver
 
 
-@pytest.mark.parametrize("garbage_bmc", ["html200"], indirect=True)
+@pytest.mark.parametrize("garbage_bmc", ["html200", "html200/https"], indirect=True)
 def test_html_200_is_a_protocol_error(garbage_bmc):
     with pytest.raises(BmcProtocolError) as exc:
         _driver(garbage_bmc).get_power_state()
