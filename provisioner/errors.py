@@ -117,6 +117,19 @@ class BmcUnsupported(BmcError):
     transient = False
 
 
+class BmcProtocolError(BmcError):
+    """The BMC answered, but not in Redfish: not JSON, or JSON of the wrong shape. The
+    endpoint is probably something else (a web UI, a proxy page). Never retried."""
+
+    transient = False
+
+    def __init__(self, message: str, *, status: int | None = None,
+                 content_type: str | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.status = status
+        self.content_type = content_type
+
+
 class BmcRefused(BmcError):
     """The BMC answered with an error. Transient for 409 and 5xx, permanent otherwise."""
 

@@ -6,8 +6,10 @@ read it is `reveal()`, called at the edge that hands it to a protocol library.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
@@ -111,9 +113,18 @@ def _vault(spec: str, env: Mapping[str, str], base_dir: Path) -> str:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write a file readable by its owner only (created 0600, never briefly wider)."""
+    """Write a file readable by its owner only, never briefly wider: the text goes to a new
+    0600 file in the same directory, which then replaces `path` in one rename. (Opening an
+    existing file keeps its mode: a 0644 file would be readable while it is rewritten.)"""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(path, 0o600)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:  # mkstemp creates the file 0600
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

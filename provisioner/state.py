@@ -22,6 +22,7 @@ from typing import Any
 
 from provisioner.errors import StateError
 from provisioner.lifecycle import LIFECYCLE, Phase, allowed, next_phase
+from provisioner.statedir import ensure_parent
 
 __all__ = ["LIFECYCLE", "SCHEMA_VERSION", "Event", "NodeState", "Phase", "StateStore",
            "next_phase"]
@@ -91,7 +92,7 @@ class StateStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            ensure_parent(path)  # .provision/: 0700, with a .gitignore of '*'
             if not path.exists():
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
             with self._connect() as db:

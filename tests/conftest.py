@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,38 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLE = ROOT / "inventories" / "example"
 VSCALER = ROOT / "inventories" / "vscaler-dgx"
+ON_CI = os.environ.get("CI") == "true"
+
+
+def requires_peer(available: object, reason: str) -> pytest.MarkDecorator:
+    """A test that needs a peer (a program, root): skipped locally when the peer is missing,
+    failed on CI (CI=true), so that a green CI means the peer tests ran."""
+    if available:
+        return pytest.mark.peer(reason)
+    if ON_CI:
+        return pytest.mark.peer_missing(reason)
+    return pytest.mark.skip(reason=reason)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "peer(reason): needs a peer that is present")
+    config.addinivalue_line("markers", "peer_missing(reason): needs a peer that is missing")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("peer_missing"):
+        pytest.fail(f"CI=true and a peer is missing: {mark.args[0]}", pytrace=False)
+
+
+IS_ROOT = os.geteuid() == 0
+requires_ssh_hosts = requires_peer(IS_ROOT and shutil.which("debootstrap"),
+                                   "SSH test hosts need root and debootstrap")
+requires_root = requires_peer(IS_ROOT, "network namespaces need root")
+requires_ipmi_sim = requires_peer(shutil.which("ipmi_sim"), "OpenIPMI ipmi_sim not installed "
+                                  "(scripts/bootstrap.sh installs it)")
+requires_dnsmasq = requires_peer(shutil.which("dnsmasq"),
+                                 "dnsmasq not installed (scripts/bootstrap.sh does it)")
+requires_git = requires_peer(shutil.which("git"), "git not installed")
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ from requests.adapters import HTTPAdapter
 from sushy import auth as sushy_auth
 from sushy import exceptions as sushy_exc
 from sushy.connector import Connector
+from urllib3.exceptions import InsecureRequestWarning
 
 from provisioner.bmc.base import (
     ACTION_TARGET,
@@ -41,6 +43,7 @@ from provisioner.bmc.retry import RetryPolicy, retry
 from provisioner.errors import (
     BmcAuthError,
     BmcError,
+    BmcProtocolError,
     BmcRefused,
     BmcTimeout,
     BmcUnreachable,
@@ -298,6 +301,7 @@ class RedfishDriver:
         self._system_path: str | None = None
         self._quirks: Quirks | None = None
         self._snapshot: tuple[float, JSON] | None = None
+        self._last_answer: tuple[int, str] | None = None  # status, content type
 
     # -------------------------------------------------------- plumbing
 
@@ -330,6 +334,11 @@ class RedfishDriver:
         conn = Connector(self.base_url, verify=self._verify(),
                          default_request_timeout=t.request_timeout_s,
                          connect_timeout=t.request_timeout_s)
+        # What the BMC last answered, for protocol errors raised inside sushy.
+        conn._session.hooks["response"].append(self._remember_answer)
+        # sushy's Connector turns urllib3's InsecureRequestWarning off for the whole process
+        # when verify is off; an inventory with tls.verify false keeps hearing about it.
+        warnings.simplefilter("default", InsecureRequestWarning)
         if t.tls.fingerprint_sha256:
             # sushy's Connector has no public hook for an adapter; its requests session does.
             conn._session.mount("https://", _PinnedAdapter(t.tls.fingerprint_sha256))
@@ -367,6 +376,12 @@ class RedfishDriver:
                              status=status) from None
         except sushy_exc.ConnectionError as exc:
             raise _connection_error(node, self.base_url, exc) from None
+        except requests.exceptions.JSONDecodeError:  # a subclass of RequestException
+            status, ctype = self._last_answer or (None, "an unknown content type")
+            raise BmcProtocolError(
+                f"{node}: BMC answered HTTP {status} with {_short(ctype)[:80]}, not JSON "
+                "(a protocol error: not a Redfish response)", status=status,
+                content_type=ctype, hint=_NOT_REDFISH) from None
         except requests.exceptions.RequestException as exc:
             raise _connection_error(node, self.base_url, exc) from None
         except (sushy_exc.MissingAttributeError, sushy_exc.MissingActionError,
@@ -375,6 +390,10 @@ class RedfishDriver:
         except sushy_exc.SushyError as exc:
             raise BmcRefused(f"{node}: {_short(str(exc))}") from None
 
+    def _remember_answer(self, resp: requests.Response, *args: Any, **kwargs: Any) -> None:
+        self._last_answer = (resp.status_code, resp.headers.get("Content-Type") or
+                             "no Content-Type")
+
     def _retry(self, fn: Callable[[], T], deadline: float | None = None,
                policy: RetryPolicy | None = None) -> T:
         return retry(lambda: self._call(fn), policy or self.retry_policy, sleep=self._sleep,
@@ -382,13 +401,12 @@ class RedfishDriver:
 
     def _get(self, path: str) -> JSON:
         conn = self._connect()
-        body: JSON = self._retry(lambda: conn.get(path).json())
-        return body
+        return _json_body(self.target.node, self._retry(lambda: conn.get(path)))
 
     def _get_with_etag(self, path: str) -> tuple[JSON, str | None]:
         conn = self._connect()
         resp = self._retry(lambda: conn.get(path))
-        return resp.json(), resp.headers.get("ETag")
+        return _json_body(self.target.node, resp), resp.headers.get("ETag")
 
     def _system_uri(self) -> str:
         if self._system_path:
@@ -602,6 +620,27 @@ class RedfishDriver:
         if root is not None:
             with contextlib.suppress(Exception):  # best effort: the BMC expires sessions
                 root._auth.close()  # deletes a Redfish session if one was made
+
+
+_NOT_REDFISH = "check that the address and port are the BMC's Redfish service"
+
+
+def _json_body(node: str, resp: requests.Response) -> JSON:
+    """A Redfish resource: a JSON object, or a protocol error naming status and content type."""
+    ctype = resp.headers.get("Content-Type") or "no Content-Type"
+    try:
+        body = resp.json()
+    except ValueError:
+        raise BmcProtocolError(
+            f"{node}: BMC answered HTTP {resp.status_code} with {_short(ctype)[:80]}, not JSON "
+            "(a protocol error: not a Redfish response)", status=resp.status_code,
+            content_type=ctype, hint=_NOT_REDFISH) from None
+    if not isinstance(body, dict):
+        raise BmcProtocolError(
+            f"{node}: BMC answered HTTP {resp.status_code} with JSON that is not a JSON object "
+            "(a protocol error: not a Redfish resource)", status=resp.status_code,
+            content_type=ctype, hint=_NOT_REDFISH)
+    return body
 
 
 def _short(text: str) -> str:

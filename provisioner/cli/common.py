@@ -15,6 +15,7 @@ from typing import Annotated, ParamSpec, TypeVar
 import click
 import typer
 
+from provisioner import resources
 from provisioner.console import Console
 from provisioner.errors import ExitCode, ProvisionerError
 
@@ -44,7 +45,7 @@ def resolve_site(arg: Path | None) -> Path:
         return Path(env)
     if DEFAULT_SITE.exists():
         return DEFAULT_SITE
-    return Path(__file__).resolve().parents[2] / DEFAULT_SITE
+    return resources.example_site()
 
 
 class State:
@@ -69,8 +70,8 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except ProvisionerError as exc:
-            if STATE.debug:
-                raise
+            if STATE.debug:  # the traceback, then the same line and exit code as without
+                _traceback()
             console().error(exc)
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
@@ -80,7 +81,7 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise
         except Exception as exc:
             if STATE.debug:
-                raise
+                _traceback()
             # A bug: one line, no locals (they may hold secrets), no traceback unless --debug.
             console().err.print(
                 f"[bold red]internal error:[/] {type(exc).__name__} (a bug in provisioner; "
@@ -88,6 +89,11 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
     return wrapper
+
+
+def _traceback() -> None:
+    """The current exception's traceback on stderr, without locals (they may hold secrets)."""
+    console().err.print_exception(show_locals=False)
 
 
 @contextmanager

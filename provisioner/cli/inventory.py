@@ -9,8 +9,17 @@ import typer
 
 from provisioner import power as power_mod
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
-from provisioner.errors import ExitCode
-from provisioner.inventory import Category, check, load, shipped_catalog
+from provisioner.console import Console
+from provisioner.errors import ExitCode, InventoryError
+from provisioner.inventory import (
+    Category,
+    Finding,
+    LoadedSite,
+    Severity,
+    check,
+    load,
+    shipped_catalog,
+)
 from provisioner.inventory.findings import errors, warnings
 
 
@@ -35,24 +44,19 @@ def validate(site: SiteArg = None, json_out: JsonOpt = False,
     """
     path = resolve_site(site)
     out = console(json_out)
-    loaded = load(path)
+    try:
+        loaded = load(path)
+    except InventoryError as exc:
+        if not json_out:
+            raise
+        # Load and syntax errors are findings too: CI reads them from stdout like the rest.
+        _emit_validate(out, None, ExitCode.INVENTORY, exc.findings or [_unlocated(exc)], [])
+        raise typer.Exit(int(ExitCode.INVENTORY)) from None
     findings = check(loaded, basis.value)
     errs, warns = errors(findings), warnings(findings)
-    if all(f.category is Category.BUDGET for f in errs) and errs:
-        code = ExitCode.BUDGET
-    elif errs:
-        code = ExitCode.INVENTORY
-    else:
-        code = ExitCode.OK
+    code = _exit_code(errs)
     if json_out:
-        out.emit_json({
-            "schema": "provisioner.validate/v1",
-            "site": loaded.site.site.name,
-            "valid": not errs,
-            "exit_code": int(code),
-            "errors": [f.to_json() for f in errs],
-            "warnings": [f.to_json() for f in warns],
-        })
+        _emit_validate(out, loaded.site.site.name, code, errs, warns)
     else:
         out.findings(errs + warns)
         nodes = sum(len(p.nodes) for p in loaded.site.placements)
@@ -65,12 +69,45 @@ def validate(site: SiteArg = None, json_out: JsonOpt = False,
     raise typer.Exit(int(code))
 
 
+def _exit_code(errs: list[Finding]) -> ExitCode:
+    if all(f.category is Category.BUDGET for f in errs) and errs:
+        return ExitCode.BUDGET
+    return ExitCode.INVENTORY if errs else ExitCode.OK
+
+
+def _unlocated(exc: InventoryError) -> Finding:
+    return Finding("inventory-file", Severity.ERROR, exc.message, exc.hint)
+
+
+def _emit_validate(out: Console, site: str | None, code: ExitCode, errs: list[Finding],
+                   warns: list[Finding]) -> None:
+    out.emit_json({
+        "schema": "provisioner.validate/v1",
+        "site": site,
+        "valid": not errs,
+        "exit_code": int(code),
+        "errors": [f.to_json() for f in errs],
+        "warnings": [f.to_json() for f in warns],
+    })
+
+
+def _checked(loaded: LoadedSite, basis: BasisChoice) -> None:
+    """The checks `validate` runs; inventory errors (not budget ones) stop the command."""
+    errs = [f for f in errors(check(loaded, basis.value))
+            if f.category is not Category.BUDGET]
+    if errs:
+        raise InventoryError(f"{len(errs)} error(s) in the inventory: {errs[0].format()} "
+                             "(run `provision validate` for all of them)", findings=errs)
+
+
 @handle_errors
 def power(site: SiteArg = None, json_out: JsonOpt = False,
           basis: BasisOpt = BasisChoice.nameplate) -> None:
-    """Rack space, power and cooling budgets. Exit 4 when any rack is over budget."""
+    """Rack space, power and cooling budgets. Exit 4 when any rack is over budget, 3 when the
+    inventory is invalid (the same checks as validate)."""
     path = resolve_site(site)
     loaded = load(path)
+    _checked(loaded, basis)
     report = power_mod.budget(loaded.site, loaded.catalog, basis.value)
     out = console(json_out)
     if json_out:

@@ -13,6 +13,7 @@ from provisioner.cli.common import SiteArg, console, graceful_stop, handle_error
 from provisioner.errors import ConfigError
 from provisioner.inventory import load
 from provisioner.render import pxe as pxe_mod
+from provisioner.statedir import state_dir
 
 app = typer.Typer(help="Network boot (PXE/iPXE) and unattended OS install data.",
                   no_args_is_help=True)
@@ -39,7 +40,7 @@ def _render(site: Path | None, out: Path | None, server: str | None, interface: 
         raise ConfigError("no --server given and the boot network has no gateway",
                           hint="pass --server with this machine's address on it")
     key = ssh_key.read_text().strip() if ssh_key else ""
-    target = out or loaded.base_dir / ".provision" / "pxe"
+    target = out or state_dir(loaded.base_dir) / "pxe"
     written, missing = pxe_mod.render_pxe(loaded, target, server=IPv4Address(address),
                                           interface=interface, ssh_public_key=key,
                                           http_port=http_port)

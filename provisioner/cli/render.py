@@ -11,6 +11,7 @@ from provisioner import render as render_mod
 from provisioner import results
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.inventory import load
+from provisioner.statedir import state_dir
 
 
 @handle_errors
@@ -37,7 +38,7 @@ def render(site: SiteArg = None,
         else:
             out_con.artifacts(items)
         return
-    target = out or loaded.base_dir / ".provision" / "ansible"
+    target = out or state_dir(loaded.base_dir) / "ansible"
     result = render_mod.render(loaded, target, lab=lab)
     if json_out:
         out_con.emit_json(results.dump(results.RenderReport(

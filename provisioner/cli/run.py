@@ -12,6 +12,7 @@ from provisioner import runner as runner_mod
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.errors import ExitCode
 from provisioner.inventory import load
+from provisioner.statedir import state_dir
 
 
 @handle_errors
@@ -31,7 +32,7 @@ def run(site: SiteArg = None,
         json_out: JsonOpt = False) -> None:
     """Render the site, run PLAYBOOK, and report per host. Exit 7 when any host failed."""
     loaded = load(resolve_site(site))
-    target = loaded.base_dir / ".provision" / "ansible"
+    target = state_dir(loaded.base_dir) / "ansible"
     render_mod.render(loaded, target, lab=lab)
     out = console(json_out)
     with out.playbook_progress(playbook) as on_event:

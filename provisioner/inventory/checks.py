@@ -22,6 +22,7 @@ from provisioner.inventory.models import (
     NetworkKind,
     Role,
 )
+from provisioner.inventory.security import transport_warnings
 
 Emit = Callable[..., None]
 
@@ -53,7 +54,8 @@ def check(loaded: LoadedSite, basis: power.Basis = "nameplate") -> list[Finding]
     """All findings for a site, errors and warnings, in inventory order within each check."""
     emit = _Collector(loaded)
     emit.findings.extend(loaded.warnings)
-    for fn in (_placements, _uniqueness, _networks, _credentials, _software, _kubernetes):
+    for fn in (_placements, _uniqueness, _networks, _credentials, _software, _kubernetes,
+               transport_warnings):
         fn(loaded, emit)
     fabric_checks.check(loaded, emit)
     _budgets(loaded, emit, basis)

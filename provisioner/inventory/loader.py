@@ -9,7 +9,6 @@ cost of the bare parse (bench/inventory_scale.py).
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -23,11 +22,14 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from provisioner.errors import InventoryError
 from provisioner.inventory.findings import Finding, Location, Severity
 from provisioner.inventory.models import BlockType, Site
-
-try:  # libyaml is in every PyYAML wheel for Linux; fall back rather than fail.
-    _Loader: type[yaml.CSafeLoader | yaml.SafeLoader] = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader
+from provisioner.inventory.yamlsafe import (
+    MAX_EXPANDED_NODES,
+    MAX_FILE_BYTES,
+    Lines,
+    Loader,
+    fail,
+    parse,
+)
 
 PathPart = str | int
 KeyPath = tuple[PathPart, ...]
@@ -37,10 +39,8 @@ DICT_KEYS = ("credentials",)
 SINGLE_KEYS = ("site", "software")
 TOP_LEVEL_KEYS = frozenset(LIST_KEYS + DICT_KEYS + SINGLE_KEYS)
 
-# A document may expand (through aliases) to at most this many nodes: stops "billion laughs".
-MAX_EXPANDED_NODES = 2_000_000
-MAX_FILE_BYTES = 256 * 1024 * 1024
-_ANCHOR_RE = re.compile(rb"(?:^|[\s\[\{,:-])&[^\s]", re.MULTILINE)
+# pydantic reports every bad item; past this many, the rest are summed up in one finding.
+MAX_SCHEMA_FINDINGS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +59,11 @@ class SourceMap:
 
     segments: dict[str, list[_Segment]] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    lines: dict[str, Lines] = field(default_factory=dict)
+
+    def position(self, file: str, mark: Any) -> tuple[int, int]:
+        """1-based line and column as an editor shows them (see yamlsafe.Lines)."""
+        return self.lines.get(file, Lines()).position(mark)
 
     def locate(self, path: Sequence[PathPart], *, at_key: bool = False) -> Location:
         if not path or not isinstance(path[0], str) or path[0] not in self.segments:
@@ -87,8 +92,8 @@ class SourceMap:
                 break
             key_node, node = child
             shown_parts.append(part)
-        mark = key_node.start_mark if at_key else node.start_mark
-        return Location(seg.file, mark.line + 1, mark.column + 1, _dotted(shown_parts))
+        line, col = self.position(seg.file, key_node.start_mark if at_key else node.start_mark)
+        return Location(seg.file, line, col, _dotted(shown_parts))
 
 
 def _child(node: yaml.Node | None, part: PathPart) -> tuple[yaml.Node, yaml.Node] | None:
@@ -128,72 +133,18 @@ class LoadedSite:
 # ---------------------------------------------------------------- parsing
 
 
-def _parse_file(path: Path, display: str) -> tuple[Any, yaml.Node | None]:
+def _parse_file(path: Path, display: str, budget: int = MAX_EXPANDED_NODES
+                ) -> tuple[Any, yaml.Node | None, Lines, int]:
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
-            raise _fail(display, 1, 1, f"file is {size} bytes; the limit is {MAX_FILE_BYTES}",
-                        "split the inventory into several files in one directory")
+            raise fail(display, 1, 1, f"file is {size} bytes; the limit is {MAX_FILE_BYTES}",
+                       "split the inventory into several files in one directory")
         raw = path.read_bytes()
     except OSError as exc:
         raise InventoryError(f"{display}: cannot read: {exc.strerror}",
                              hint="check the path and its permissions") from None
-    loader = _Loader(raw)
-    try:
-        node = loader.get_single_node()
-        if node is not None and _ANCHOR_RE.search(raw):
-            _check_expansion(node, display)
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise _fail(display, line, col, f"YAML syntax error: {problem}",
-                    "fix the YAML at this position (indentation, quoting, ':' after keys)",
-                    code="yaml-syntax") from None
-    except yaml.YAMLError as exc:  # reader errors: bad bytes, bad encoding
-        raise _fail(display, 1, 1, f"not a YAML text file: {_short(exc)}",
-                    "save the inventory as UTF-8 YAML", code="yaml-syntax") from None
-    except RecursionError:
-        raise _fail(display, 1, 1, "the document is nested too deeply",
-                    "flatten the structure", code="yaml-syntax") from None
-    finally:
-        loader.dispose()
-    return data, node
-
-
-def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:200]
-
-
-def _check_expansion(root: yaml.Node, display: str) -> None:
-    """Refuse documents whose aliases expand to an absurd size (alias bombs)."""
-    memo: dict[int, int] = {}
-
-    def size(n: yaml.Node) -> int:
-        key = id(n)
-        if key in memo:
-            return memo[key]
-        memo[key] = 1  # guards against recursive aliases while in progress
-        total = 1
-        if isinstance(n, yaml.SequenceNode):
-            total += sum(size(c) for c in n.value)
-        elif isinstance(n, yaml.MappingNode):
-            total += sum(size(k) + size(v) for k, v in n.value)
-        memo[key] = total
-        return total
-
-    if size(root) > MAX_EXPANDED_NODES:
-        raise _fail(display, 1, 1,
-                    f"aliases expand the document to more than {MAX_EXPANDED_NODES:,} nodes",
-                    "write the data out instead of nesting anchors", code="yaml-alias-bomb")
-
-
-def _fail(file: str, line: int, col: int, message: str, hint: str, *,
-          code: str = "inventory-file") -> InventoryError:
-    finding = Finding(code, Severity.ERROR, message, hint, Location(file, line, col, "(file)"))
-    return InventoryError(finding.format(), findings=[finding])
+    return parse(raw, display, budget)
 
 
 def _inventory_files(root: Path) -> list[Path]:
@@ -224,10 +175,12 @@ def _merge(root: Path) -> tuple[dict[str, Any], SourceMap]:
     merged: dict[str, Any] = {}
     smap = SourceMap()
     problems: list[Finding] = []
+    budget = MAX_EXPANDED_NODES  # shared by all files: many files are not a way around it
     for path in _inventory_files(root):
         display = _display(path)
         smap.files.append(display)
-        data, node = _parse_file(path, display)
+        data, node, smap.lines[display], used = _parse_file(path, display, budget)
+        budget -= used
         if data is None:
             continue
         if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
@@ -242,7 +195,7 @@ def _merge(root: Path) -> tuple[dict[str, Any], SourceMap]:
                 continue
             value = data[key]
             seg_list = smap.segments.setdefault(key, [])
-            loc = Location(display, knode.start_mark.line + 1, knode.start_mark.column + 1, key)
+            loc = Location(display, *smap.position(display, knode.start_mark), key)
             if key in LIST_KEYS and isinstance(value, list):
                 prior = merged.setdefault(key, [])
                 if isinstance(prior, list):
@@ -266,7 +219,7 @@ def _merge(root: Path) -> tuple[dict[str, Any], SourceMap]:
                 problems.append(Finding(
                     "duplicate-key", Severity.ERROR,
                     f"'{key}' is already defined in "
-                    f"{first.file}:{first.key_node.start_mark.line + 1}",
+                    f"{first.file}:{smap.position(first.file, first.key_node.start_mark)[0]}",
                     f"define '{key}' in one file only", loc))
                 continue
             seg_list.append(_Segment(display, knode, vnode, 0))
@@ -283,7 +236,7 @@ def _merge(root: Path) -> tuple[dict[str, Any], SourceMap]:
 def shipped_catalog() -> dict[str, BlockType]:
     """The building blocks shipped with the tool (catalog.yaml beside this module)."""
     text = resources.files("provisioner.inventory").joinpath("catalog.yaml").read_bytes()
-    data = yaml.load(text, Loader=_Loader)  # noqa: S506 - CSafeLoader is the safe loader
+    data = yaml.load(text, Loader=Loader)  # noqa: S506 - CSafeLoader is the safe loader
     blocks = TypeAdapter(list[BlockType]).validate_python(data["blocks"])
     return {b.name: b for b in blocks}
 
@@ -325,7 +278,7 @@ def _relevant_errors(exc: ValidationError) -> list[tuple[KeyPath, str, str]]:
     real key as missing. Both say nothing the first error does not.
     """
     raw = [(tuple(p for p in e["loc"] if p != "[key]"), e["type"], e["msg"])
-           for e in exc.errors(include_url=False, include_input=False)]
+           for e in exc.errors(include_url=False, include_input=False)[:MAX_SCHEMA_FINDINGS * 10]]
     extras = {(loc[:-1], str(loc[-1])) for loc, kind, _ in raw if kind == "extra_forbidden" and loc}
     out = []
     for loc, kind, msg in raw:
@@ -342,7 +295,8 @@ def _relevant_errors(exc: ValidationError) -> list[tuple[KeyPath, str, str]]:
 
 def _schema_findings(exc: ValidationError, smap: SourceMap) -> list[Finding]:
     findings = []
-    for err_loc, kind, raw_msg in _relevant_errors(exc):
+    relevant = _relevant_errors(exc)
+    for err_loc, kind, raw_msg in relevant[:MAX_SCHEMA_FINDINGS]:
         loc = err_loc
         msg = raw_msg.removeprefix("Value error, ")
         hint: str | None = None
@@ -363,6 +317,11 @@ def _schema_findings(exc: ValidationError, smap: SourceMap) -> list[Finding]:
         location = smap.locate(loc, at_key=at_key)
         code = "inline-secret" if "inline secret" in msg else f"schema-{kind}"
         findings.append(Finding(code, Severity.ERROR, msg, hint, location))
+    if len(relevant) > MAX_SCHEMA_FINDINGS:
+        more = max(exc.error_count(), len(relevant)) - MAX_SCHEMA_FINDINGS
+        findings.append(Finding("schema-more", Severity.ERROR,
+                                f"about {more} more schema error(s)",
+                                "fix the errors above first", smap.locate(())))
     return findings
 
 
@@ -379,9 +338,9 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path) -> frozenset[str]
     if not path.is_file():
         return frozenset()
     display = _display(path)
-    data, _ = _parse_file(path, display)
+    data, _, _, _ = _parse_file(path, display)
     if not isinstance(data, dict) or not isinstance(data.get("bmc"), dict):
-        raise _fail(display, 1, 1, "the lab overlay is damaged",
+        raise fail(display, 1, 1, "the lab overlay is damaged",
                     "run `provision lab down` and `provision lab up` again")
     creds = merged.setdefault("credentials", {})
     if isinstance(creds, dict) and isinstance(data.get("credentials"), dict):
@@ -418,9 +377,6 @@ def load(path: str | Path) -> LoadedSite:
             f"{len(findings)} error(s) in the inventory: {findings[0].format()}",
             findings=findings,
         ) from None
-    except RecursionError:
-        raise _fail(smap.files[0], 1, 1, "the document is nested too deeply",
-                    "flatten the structure", code="yaml-syntax") from None
     catalog = dict(shipped_catalog())
     notes: list[Finding] = []
     for i, block in enumerate(site.catalog):

@@ -24,6 +24,17 @@ from pydantic import (
 )
 
 from provisioner.inventory.fabric_models import Cabling
+from provisioner.inventory.fields import (
+    BmcAddress,
+    GpuModel,
+    KubeVersion,
+    LabelKey,
+    LabelValue,
+    LocalPath,
+    MirrorUrl,
+    SystemId,
+    UserName,
+)
 
 # RFC 1123 host label: letters, digits, hyphen; 1-63 chars; no leading/trailing hyphen.
 # Lower case only: Kubernetes node names must be lower case (RFC 1123 subdomain).
@@ -151,7 +162,7 @@ class Psu(Model):
 
 
 class Gpus(Model):
-    model: str = Field(min_length=1, max_length=64, description="GPU model, such as H100")
+    model: GpuModel = Field(description="GPU model, such as H100 (becomes a label value)")
     count: int = Field(ge=1, le=72, description="GPUs per node")
     architecture: GpuArch = Field(description="GPU architecture (decides the kernel modules)")
 
@@ -234,7 +245,7 @@ class SecretRef(Model):
 
 
 class Credentials(Model):
-    username: str = Field(min_length=1, max_length=64)
+    username: UserName = Field(description="login name")
     password: SecretRef = Field(
         description="a reference, never the value: {env: VAR}, {file: /path} or {vault: name}")
 
@@ -265,12 +276,12 @@ class BmcProtocol(StrEnum):
 
 class Bmc(Model):
     protocol: BmcProtocol = Field(description="redfish or ipmi")
-    address: str = Field(min_length=1, max_length=253, description="BMC IP address or name")
+    address: BmcAddress = Field(description="BMC IP address or name")
     port: int | None = Field(default=None, ge=1, le=65535,
                              description="TCP/UDP port (default 443, 80 for http, 623 IPMI)")
     credentials: Name = Field(description="name of an entry under credentials")
-    system_id: str | None = Field(default=None, max_length=128,
-                                  description="Redfish system id (default: the only one)")
+    system_id: SystemId | None = Field(default=None,
+                                       description="Redfish system id (default: the only one)")
     scheme: Literal["https", "http"] = "https"
     tls: Tls = Tls()
     cipher_suite: int = Field(default=17, ge=0, le=17,
@@ -317,7 +328,7 @@ class Node(Model):
         default_factory=dict, description="network name -> IPv4 address in that network")
     macs: dict[Name, Mac] = Field(default_factory=dict,
                                   description="network name -> MAC of the NIC on it")
-    labels: dict[str, str] = Field(default_factory=dict,
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict,
                                    description="extra Kubernetes node labels")
 
 
@@ -413,7 +424,7 @@ class FabricManager(Model):
 
 
 class Kubernetes(Model):
-    version: Version = Field(description="Kubernetes version, such as '1.31.4'")
+    version: KubeVersion = Field(description="Kubernetes version, such as '1.31.4'")
     cni: Literal["calico", "cilium", "flannel"] = "calico"
     pod_cidr: IPv4Net = Field(default=IPv4Network("10.244.0.0/16"),
                               description="pod network")
@@ -457,14 +468,14 @@ class Software(Model):
     doca: Version | None = None
     kubernetes: Kubernetes | None = None
     roce: Roce = Roce()
-    mirror: str | None = Field(default=None, description="local package mirror (air-gapped)")
+    mirror: MirrorUrl | None = Field(default=None, description="local package mirror (air-gapped)")
 
 
 class Ssh(Model):
     """How Ansible reaches the nodes once their OS is up (key path only, never a key)."""
 
     user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")] = "root"
-    private_key_file: str | None = None
+    private_key_file: LocalPath | None = None
     port: int = Field(default=22, ge=1, le=65535)
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from provisioner import statedir
 from provisioner.errors import ConfigError
 from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
@@ -53,7 +54,8 @@ IPMI_PING = bytes.fromhex("0600ff07000000000000000000092018c88100388e04b5")
 
 
 def state_dir(loaded: LoadedSite) -> Path:
-    return loaded.base_dir.resolve() / ".provision"
+    """The site's .provision/ (private, with its .gitignore): the lab lives inside it."""
+    return statedir.state_dir(loaded.base_dir.resolve())
 
 
 def lab_dir(loaded: LoadedSite) -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from provisioner import __version__
+from provisioner import __version__, resources
 from provisioner import roce as roce_mod
 from provisioner.errors import RenderError
 from provisioner.inventory.loader import LoadedSite
@@ -40,10 +40,9 @@ from provisioner.profile import for_site
 __all__ = ["HostPlan", "Rendered", "ansible_host", "artifacts", "group_name", "host_plans",
            "kernel_modules_for", "render"]
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOKS_DIR = PROJECT_ROOT / "playbooks"
-ROLES_DIR = PROJECT_ROOT / "roles"
-TEMPLATES_DIR = PROJECT_ROOT / "templates"
+PLAYBOOKS_DIR = resources.playbooks_dir()
+ROLES_DIR = resources.roles_dir()
+TEMPLATES_DIR = resources.templates_dir()
 SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:/@+=, -]*$")
 
 

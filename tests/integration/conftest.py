@@ -15,11 +15,9 @@ import pytest
 
 from provisioner import lab as lab_mod
 from provisioner.inventory import load
-from tests.conftest import EXAMPLE, ROOT
+from tests.conftest import EXAMPLE, ROOT, requires_ipmi_sim
 
-requires_ipmi_sim = pytest.mark.skipif(shutil.which("ipmi_sim") is None,
-                                       reason="OpenIPMI ipmi_sim not installed "
-                                              "(scripts/bootstrap.sh installs it)")
+__all__ = ["provision", "requires_ipmi_sim", "ssh_lab"]
 
 
 @pytest.fixture

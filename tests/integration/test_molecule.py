@@ -4,18 +4,16 @@ test host that its create.yml starts in a network namespace."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, requires_ssh_hosts
 
 pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("debootstrap") is None,
-                                 reason="SSH test hosts need root and debootstrap")]
+              requires_ssh_hosts]
 BIN = Path(sys.executable).parent
 
 

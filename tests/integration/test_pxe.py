@@ -4,7 +4,6 @@ autoinstall data parsed back."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,11 +17,10 @@ import yaml
 from provisioner.errors import RenderError
 from provisioner.inventory import load
 from provisioner.render import pxe
-from tests.conftest import EXAMPLE, ROOT
+from tests.conftest import EXAMPLE, ROOT, requires_dnsmasq, requires_root
 
 pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(shutil.which("dnsmasq") is None,
-                                 reason="dnsmasq not installed (scripts/bootstrap.sh does it)")]
+              requires_dnsmasq]
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTestsOnly0000000000000000000000 lab@test"
 
 
@@ -109,7 +107,7 @@ for path in ("/ipxe/dgx01.ipxe", "/dnsmasq.conf"):
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+@requires_root
 def test_pxe_serve_answers_dhcp_by_mac_and_serves_ipxe(tmp_path):
     """`provision pxe serve` in a namespace of its own; a second namespace plays the node
     with dgx01's MAC: dnsmasq offers dgx01's reserved address, the HTTP server hands out

@@ -178,3 +178,32 @@ def test_tls_pinned_fingerprint_and_ca_bundle(tls_bmc):
         bmc.make_driver(wrong).get_power_state()
     bundle = replace(target, tls=Tls(ca_bundle=str(crt)))
     assert bmc.make_driver(bundle).get_power_state() is PowerState.ON
+
+
+def test_debug_does_not_silence_the_tls_warning(tls_bmc, tmp_path):
+    """tls.verify false: validate warns, and the run itself still prints urllib3's
+    InsecureRequestWarning, with --debug too."""
+    target, _, _ = tls_bmc
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        "site: {name: tlswarn}\n"
+        "credentials:\n  bmc: {username: admin, password: {env: TLS_BMC_PW}}\n"
+        "racks:\n  - {name: r01, feeds: [{name: A, phase: single, voltage_v: 230,"
+        " breaker_a: 16}], cooling_kw: 10}\n"
+        "placements:\n  - rack: r01\n    u: 1\n    block: vgpu-1u\n    nodes:\n"
+        "      - hostname: tls01\n"
+        f"        bmc: {{protocol: redfish, address: 127.0.0.1, port: {target.port},"
+        f" credentials: bmc, system_id: {target.system_id}, tls: {{verify: false}}}}\n")
+    env = {**os.environ, "TLS_BMC_PW": "tls-pass-1"}
+    env.pop("PROVISION_SITE", None)
+    cmd = [sys.executable, "-m", "provisioner"]
+    val = subprocess.run([*cmd, "validate", str(site), "--json"], capture_output=True,
+                         text=True, env=env, cwd=ROOT, timeout=60)
+    codes = [w["code"] for w in json.loads(val.stdout)["warnings"]]
+    assert "bmc-tls-unverified" in codes
+    for extra in ([], ["--debug"]):
+        r = subprocess.run([*cmd, *extra, "bmc", "status", str(site)], capture_output=True,
+                           text=True, env=env, cwd=ROOT, timeout=120)
+        assert r.returncode == 0, r.stderr[-800:]
+        assert "InsecureRequestWarning" in r.stderr, (extra, r.stderr[-800:])
+        assert "tls-pass-1" not in r.stdout + r.stderr

@@ -8,8 +8,6 @@ skip list in the rendered ansible.cfg), and the tests assert which did what.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,12 +15,11 @@ import pytest
 
 from provisioner import render, runner
 from provisioner.inventory import load
-from tests.conftest import EXAMPLE
+from tests.conftest import EXAMPLE, requires_ssh_hosts
 from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
 
 pytestmark = [pytest.mark.integration, requires_ipmi_sim,
-              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("debootstrap") is None,
-                                 reason="SSH test hosts need root and debootstrap")]
+              requires_ssh_hosts]
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,12 +21,11 @@ from provisioner.inventory import load
 from provisioner.state import StateStore
 from provisioner.workflows import report
 from provisioner.workflows.up import LAB_OS_NOTE, state_path
-from tests.conftest import EXAMPLE, ROOT
+from tests.conftest import EXAMPLE, ROOT, requires_ssh_hosts
 from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
 
 pytestmark = [pytest.mark.integration, requires_ipmi_sim,
-              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("debootstrap") is None,
-                                 reason="SSH test hosts need root and debootstrap")]
+              requires_ssh_hosts]
 SERVERS = {"dgx01", "dgx02", "stor01", "cp01", "cp02", "cp03"}
 # The trivial playbook for both steps where a test is about the workflow, not the roles.
 TRIVIAL = ("--playbook", "ping.yml", "--verify-playbook", "ping.yml")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,12 +22,11 @@ import pytest
 from provisioner.inventory import load
 from provisioner.state import StateStore
 from provisioner.workflows.up import state_path
-from tests.conftest import FIXTURES, ROOT
+from tests.conftest import FIXTURES, ROOT, requires_ssh_hosts
 from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
 
 pytestmark = [pytest.mark.integration, requires_ipmi_sim,
-              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("debootstrap") is None,
-                                 reason="SSH test hosts need root and debootstrap")]
+              requires_ssh_hosts]
 NODES = {"n01", "n02", "n03"}
 LIFECYCLE = ["inspected", "booting", "os_ready", "configured", "verified", "ready"]
 KILL_POINTS = 20

@@ -1,0 +1,89 @@
+"""Field types for inventory values that reach a command line, a URL or a rendered file.
+
+Audit of the models' free-text fields (what each one reaches, and why it is safe):
+
+  checked here (a pattern, refused at load with file:line and key):
+    Node.labels            kubelet --node-labels / kubeadm config: Kubernetes label syntax
+    Kubernetes.version     kubeadm, apt pins and package names: x.y.z only
+    Gpus.model             the nvidia.com/gpu.product label value and group names
+    Software.mirror        a line of apt's sources.list: an http(s) or file URL, no spaces
+    Ssh.private_key_file   ansible_ssh_private_key_file (ssh -i): a plain path
+    Bmc.address            the host part of the Redfish URL and ipmitool/pyghmi targets:
+                           a host name or an IP address, nothing that moves the request
+                           ("/", "@", "?") elsewhere
+    Bmc.system_id          a path segment of the Redfish URL: no "/" and no ".."
+    Credentials.username   sent to the BMC or switch: no control characters
+  checked in models.py already: host and other names (RFC 1123), versions, interface
+    names, MACs, addresses and CIDRs (typed), ssh.user, iso_url, lab_overlay, enums.
+  safe without a pattern (never rendered, never on a command line): BlockType.description,
+    estimated, sources, Nic.model, Feed.name, SiteMeta.description (reports only; the
+    console escapes markup); SecretRef.file/vault and Tls.ca_bundle (paths the tool itself
+    opens; rendered files carry references, never secrets or their paths' contents).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator, Field
+
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+LABEL_NAME_RE = re.compile(rf"^{_LABEL_NAME}$")
+# RFC 1123 subdomain: lower-case labels joined by dots.
+DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+KUBE_VERSION_RE = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,4}$")
+PATH_RE = r"^[A-Za-z0-9_.,/~+@=:-]{1,4096}$"
+# Spelled for both Python and ECMA-262 (JSON Schema): no escaped quote in the classes.
+MIRROR_RE = "^(https?://[^\\s'\"\\\\<>{}|^`]+|file:///[^\\s'\"\\\\<>{}|^`]*)$"
+BMC_ADDRESS_RE = r"^[A-Za-z0-9]([A-Za-z0-9.:%-]*[A-Za-z0-9])?$|^::1?$"
+SYSTEM_ID_RE = r"^[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,127}$"  # no "/", and not "." or ".."
+NO_CONTROL_RE = r"^[^\x00-\x1f\x7f]+$"
+
+
+def _label_key(key: str) -> str:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not DNS_SUBDOMAIN_RE.match(prefix)):
+        raise ValueError(f"label key {key!r}: the prefix before '/' must be a DNS subdomain "
+                         "(lower-case letters, digits, '-' and '.', at most 253)")
+    if len(name) > 63 or not LABEL_NAME_RE.match(name):
+        raise ValueError(f"label key {key!r}: the name must be 1-63 letters, digits, '-', '_' "
+                         "or '.', starting and ending with a letter or digit")
+    return key
+
+
+def _label_value(value: str) -> str:
+    if value and (len(value) > 63 or not LABEL_NAME_RE.match(value)):
+        raise ValueError(f"label value {value!r}: use at most 63 letters, digits, '-', '_' "
+                         "or '.', starting and ending with a letter or digit (or leave it empty)")
+    return value
+
+
+def _text(value: Any) -> Any:
+    """Label values are text: YAML's true or 1 would reach Kubernetes as "True" or "1"."""
+    if not isinstance(value, str):
+        raise ValueError("write the label value in quotes, as text")
+    return value
+
+
+def _kube_version(value: str) -> str:
+    if not KUBE_VERSION_RE.match(value):
+        raise ValueError(f"not a Kubernetes version: {value!r}; write x.y.z, such as 1.31.4")
+    return value
+
+
+def _kube_version_in(value: Any) -> Any:
+    if isinstance(value, float):
+        raise ValueError(f"not a Kubernetes version: {value}; write x.y.z in quotes")
+    return value
+
+
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[str, BeforeValidator(_text), AfterValidator(_label_value)]
+KubeVersion = Annotated[str, BeforeValidator(_kube_version_in), AfterValidator(_kube_version)]
+GpuModel = Annotated[str, Field(min_length=1, max_length=63, pattern=LABEL_NAME_RE.pattern)]
+MirrorUrl = Annotated[str, Field(max_length=2048, pattern=MIRROR_RE)]
+LocalPath = Annotated[str, Field(pattern=PATH_RE)]
+BmcAddress = Annotated[str, Field(min_length=1, max_length=253, pattern=BMC_ADDRESS_RE)]
+SystemId = Annotated[str, Field(pattern=SYSTEM_ID_RE)]
+UserName = Annotated[str, Field(min_length=1, max_length=64, pattern=NO_CONTROL_RE)]

@@ -1,0 +1,170 @@
+"""Parse untrusted YAML bytes into a node tree and plain data, in bounded time and memory.
+
+The guards look at what libyaml's parser produces, never at how the text looks: one pass
+over the event stream (iterative in libyaml, so no recursion) measures nesting depth, the
+size of the document once every alias is expanded, and refuses aliases of an anchor that is
+still open (a recursive structure). Only a document that passes is composed (libyaml's
+composer and PyYAML's constructor recurse: 50,000 levels crash the process) and handed on.
+
+Line numbers: libyaml also ends a line at NEL (U+0085), LS (U+2028) and PS (U+2029);
+editors, grep and sed do not. `Lines` turns libyaml's marks into the line and column an
+editor shows (a line ends at LF, CRLF or a lone CR).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from provisioner.errors import InventoryError
+from provisioner.inventory.findings import Finding, Location, Severity
+
+try:  # libyaml is in every PyYAML wheel for Linux; fall back rather than fail.
+    Loader: type[yaml.CSafeLoader | yaml.SafeLoader] = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover
+    Loader = yaml.SafeLoader
+
+# A real inventory nests about 8 levels; PyYAML's constructor recurses once per level.
+MAX_DEPTH = 64
+# A document may expand (through aliases) to at most this many nodes: stops "billion laughs".
+# A 10,000-node site (bench/inventory_scale.py) is about 300,000 nodes and loads in ~170 MB;
+# a flat list at the limit peaks at ~1.7 GB (each node carries two marks, then pydantic).
+MAX_EXPANDED_NODES = 1_000_000
+MAX_FILE_BYTES = 256 * 1024 * 1024
+_UNICODE_BREAKS = ("\x85", "\u2028", "\u2029")
+
+
+def fail(file: str, line: int, col: int, message: str, hint: str, *,
+         code: str = "inventory-file") -> InventoryError:
+    finding = Finding(code, Severity.ERROR, message, hint, Location(file, line, col, "(file)"))
+    return InventoryError(finding.format(), findings=[finding])
+
+
+@dataclass(frozen=True, slots=True)
+class Lines:
+    """Character offsets where lines start, kept only for texts where libyaml and an editor
+    disagree (those with NEL, LS or PS); otherwise libyaml's own line numbers are right."""
+
+    starts: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, raw: bytes) -> Lines:
+        text = _decode(raw)
+        if text is None or not any(b in text for b in _UNICODE_BREAKS):
+            return cls()
+        starts = [0]
+        for i, ch in enumerate(text):
+            if ch == "\n" or (ch == "\r" and text[i + 1: i + 2] != "\n"):
+                starts.append(i + 1)
+        return cls(tuple(starts))
+
+    def position(self, mark: Any) -> tuple[int, int]:
+        """1-based (line, column) of a yaml Mark."""
+        if self.starts is None or mark is None:
+            return (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+        line = bisect.bisect_right(self.starts, mark.index) - 1
+        return line + 1, mark.index - self.starts[line] + 1
+
+
+def _decode(raw: bytes) -> str | None:
+    try:
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            return raw.decode("utf-16")
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+
+
+def _guard(raw: bytes, display: str, lines: Lines, budget: int) -> int:
+    """One pass over the parser's events: depth, expanded size and alias sanity. Returns
+    the document's size with aliases expanded; refuses more than `budget` nodes."""
+    parser = Loader(raw)
+    stack: list[list[Any]] = []  # [expanded size so far, anchor or None]
+    anchors: dict[str, int] = {}
+    open_anchors: set[str] = set()
+    total = 0
+    next_event: Any = parser.get_event
+    try:
+        while (ev := next_event()) is not None:
+            kind = type(ev)
+            if kind is yaml.ScalarEvent:
+                size, anchor = 1, ev.anchor
+            elif kind is yaml.AliasEvent:
+                if ev.anchor in open_anchors:
+                    line, col = lines.position(ev.start_mark)
+                    raise fail(display, line, col,
+                               f"alias *{ev.anchor} refers to the collection it is inside",
+                               "a recursive structure cannot be an inventory; write it out",
+                               code="yaml-alias")
+                size, anchor = anchors.get(ev.anchor, 1), None
+            elif kind in (yaml.SequenceStartEvent, yaml.MappingStartEvent):
+                if len(stack) >= MAX_DEPTH:
+                    line, col = lines.position(ev.start_mark)
+                    raise fail(display, line, col,
+                               f"the document is nested too deeply (more than {MAX_DEPTH} "
+                               "levels)", "flatten the structure", code="yaml-too-deep")
+                stack.append([1, ev.anchor])
+                if ev.anchor:
+                    open_anchors.add(ev.anchor)
+                continue
+            elif kind in (yaml.SequenceEndEvent, yaml.MappingEndEvent):
+                size, anchor = stack.pop()
+                open_anchors.discard(anchor)
+            elif kind is yaml.DocumentStartEvent:
+                anchors.clear()
+                continue
+            else:
+                continue
+            if size > budget or total + size > budget:
+                line, col = lines.position(ev.start_mark)
+                raise fail(display, line, col,
+                           f"the inventory has more than {MAX_EXPANDED_NODES:,} nodes once "
+                           "aliases are expanded", "write the data out instead of nesting "
+                           "anchors, or split the site", code="yaml-alias-bomb")
+            if anchor:
+                anchors[anchor] = size
+            if stack:
+                stack[-1][0] += size
+            else:
+                total += size
+    finally:
+        parser.dispose()
+    return total
+
+
+def parse(raw: bytes, display: str, budget: int = MAX_EXPANDED_NODES
+          ) -> tuple[Any, yaml.Node | None, Lines, int]:
+    """(data, node tree, line table, expanded node count) of one YAML document, which may
+    have at most `budget` nodes (a site's files share one budget); InventoryError on
+    anything else."""
+    if len(raw) > MAX_FILE_BYTES:
+        raise fail(display, 1, 1, f"file is {len(raw)} bytes; the limit is {MAX_FILE_BYTES}",
+                   "split the inventory into several files in one directory")
+    lines = Lines.of(raw)
+    loader = None
+    try:
+        used = _guard(raw, display, lines, budget)
+        loader = Loader(raw)
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = lines.position(mark)
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise fail(display, line, col, f"YAML syntax error: {problem}",
+                   "fix the YAML at this position (indentation, quoting, ':' after keys)",
+                   code="yaml-syntax") from None
+    except yaml.YAMLError as exc:  # reader errors: bad bytes, bad encoding
+        text = " ".join(str(exc).split())[:200]
+        raise fail(display, 1, 1, f"not a YAML text file: {text}",
+                   "save the inventory as UTF-8 YAML", code="yaml-syntax") from None
+    except RecursionError:  # pragma: no cover - MAX_DEPTH keeps the constructor shallow
+        raise fail(display, 1, 1, "the document is nested too deeply",
+                   "flatten the structure", code="yaml-too-deep") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return data, node, lines, used

@@ -1,0 +1,97 @@
+"""A BMC that answers with something that is not Redfish JSON is reported as a protocol
+error (status and content type), not as "cannot connect". Real HTTP server on 127.0.0.1,
+real driver (sushy's connector and requests underneath)."""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from provisioner import bmc
+from provisioner.bmc.base import BmcTarget
+from provisioner.bmc.redfish import RedfishDriver
+from provisioner.bmc.retry import RetryPolicy
+from provisioner.errors import BmcError, BmcProtocolError, BmcRefused
+from provisioner.inventory.models import Tls
+from provisioner.secrets import Secret
+from tests.integration.test_secrets_tls import _self_signed
+
+pytestmark = pytest.mark.integration
+
+ANSWERS = {
+    "html200": (200, "text/html", b"<html><body>Welcome to nginx!</body></html>"),
+    "json-list": (200, "application/json", b"[1, 2, 3]"),
+    "html500": (500, "text/html", b"<html><h1>500 Internal Server Error</h1></html>"),
+}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    answer = ANSWERS["html200"]
+
+    def do_GET(self) -> None:
+        status, ctype, body = self.answer
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def garbage_bmc(request, tmp_path) -> Iterator[BmcTarget]:
+    name, _, scheme = request.param.partition("/")
+    handler = type("H", (_Handler,), {"answer": ANSWERS[name]})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if scheme == "https":  # the production path: sushy reads the service root itself
+        crt, key, _ = _self_signed(tmp_path)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(crt, key)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield BmcTarget(node="n01", protocol="redfish", address="127.0.0.1",
+                        port=server.server_address[1], username="admin",
+                        password=Secret("pw"), scheme=scheme or "http",
+                        tls=Tls(verify=False), request_timeout_s=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _driver(target: BmcTarget) -> RedfishDriver:
+    driver = bmc.make_driver(target)
+    assert isinstance(driver, RedfishDriver)
+    driver.retry_policy = RetryPolicy(attempts=1)
+    return driver
+
+
+@pytest.mark.parametrize("garbage_bmc", ["html200", "html200/https"], indirect=True)
+def test_html_200_is_a_protocol_error(garbage_bmc):
+    with pytest.raises(BmcProtocolError) as exc:
+        _driver(garbage_bmc).get_power_state()
+    msg = str(exc.value)
+    assert "HTTP 200" in msg and "text/html" in msg and "not JSON" in msg
+    assert "cannot connect" not in msg
+    assert int(exc.value.exit_code) == 5 and not exc.value.transient
+
+
+@pytest.mark.parametrize("garbage_bmc", ["json-list"], indirect=True)
+def test_json_that_is_not_an_object_is_a_protocol_error(garbage_bmc):
+    with pytest.raises(BmcProtocolError, match="not a JSON object"):
+        _driver(garbage_bmc).get_power_state()
+
+
+@pytest.mark.parametrize("garbage_bmc", ["html500"], indirect=True)
+def test_html_500_is_refused_with_its_status(garbage_bmc):
+    with pytest.raises(BmcError) as exc:
+        _driver(garbage_bmc).get_power_state()
+    assert isinstance(exc.value, BmcRefused) and exc.value.status == 500
+    assert "HTTP 500" in str(exc.value) and "cannot connect" not in str(exc.value)
