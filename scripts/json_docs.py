@@ -26,6 +26,13 @@ them. All refuse unknown fields, so a consumer can validate what it reads.
 | `provisioner.render/v1` | `provision render --json` |
 | `provisioner.artifacts/v1` | `provision render --artifacts --json` |
 | `provisioner.lab/v1` | `provision lab up --json`, `provision lab status --json` |
+| `provisioner.validate/v1` | `provision validate --json` |
+| `provisioner.catalog/v1` | `provision catalog --json` |
+| `provisioner.power/v1` | `provision power --json` (fields explained in [power.md](power.md)) |
+| `provisioner.report/v1` | `provision report --json` ([report.md](report.md)) |
+| `provisioner.fabric.check/v1` | `provision fabric check --json` ([fabric.md](fabric.md)) |
+| `provisioner.fabric.diff/v1` | `provision fabric diff --json` |
+| `provisioner.fabric.push/v1` | `provision fabric push --json` |
 """
 
 

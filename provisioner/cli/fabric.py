@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +11,7 @@ from rich.markup import escape
 
 from provisioner import fabric as fabric_mod
 from provisioner import profile
+from provisioner import results as results_mod
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.errors import ExitCode
 from provisioner.inventory import load
@@ -37,10 +37,9 @@ def check(site: SiteArg = None, json_out: JsonOpt = False) -> None:
     out = console(json_out)
     code = ExitCode.OK if report.ok else ExitCode.FABRIC
     if json_out:
-        out.emit_json({"schema": "provisioner.fabric.check/v1", "site": loaded.site.site.name,
-                       "ok": report.ok, "links_checked": report.links_checked,
-                       "exit_code": int(code),
-                       "mismatches": [asdict(m) for m in report.mismatches]})
+        out.emit_json(results_mod.dump(results_mod.check_report(
+            loaded.site.site.name, report.ok, report.links_checked, int(code),
+            report.mismatches)))
     else:
         for m in report.mismatches:
             out.out.print(f"[red]mismatch[/] {escape(m.format())}")
@@ -74,13 +73,8 @@ def _run(site: Path | None, push: bool, dry_run: bool, limit: str | None,
     failed = [r for r in results if not r.ok]
     code = ExitCode.FABRIC if failed else ExitCode.OK
     if json_out:
-        out.emit_json({"schema": "provisioner.fabric.push/v1" if push else
-                       "provisioner.fabric.diff/v1", "site": loaded.site.site.name,
-                       "dry_run": dry_run, "exit_code": int(code),
-                       "switches": [{"switch": r.switch, "nos": r.nos, "status": r.status,
-                                     "diff": r.diff, "commands": list(r.commands),
-                                     "applied": list(r.applied), "undone": list(r.undone),
-                                     "error": r.error} for r in results]})
+        out.emit_json(results_mod.dump(results_mod.switches_report(
+            push, loaded.site.site.name, dry_run, int(code), results)))
     else:
         for r in results:
             color = "green" if r.ok else "red"

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from provisioner import power as power_mod
+from provisioner import results
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.console import Console
 from provisioner.errors import ExitCode, InventoryError
@@ -81,14 +82,7 @@ def _unlocated(exc: InventoryError) -> Finding:
 
 def _emit_validate(out: Console, site: str | None, code: ExitCode, errs: list[Finding],
                    warns: list[Finding]) -> None:
-    out.emit_json({
-        "schema": "provisioner.validate/v1",
-        "site": site,
-        "valid": not errs,
-        "exit_code": int(code),
-        "errors": [f.to_json() for f in errs],
-        "warnings": [f.to_json() for f in warns],
-    })
+    out.emit_json(results.dump(results.validate_report(site, int(code), errs, warns)))
 
 
 def _checked(loaded: LoadedSite, basis: BasisChoice) -> None:
@@ -111,7 +105,7 @@ def power(site: SiteArg = None, json_out: JsonOpt = False,
     report = power_mod.budget(loaded.site, loaded.catalog, basis.value)
     out = console(json_out)
     if json_out:
-        out.emit_json(power_mod.report_to_json(report))
+        out.emit_json(results.dump(results.power_report(report)))
     else:
         out.power_report(report)
     raise typer.Exit(int(ExitCode.OK if report.ok else ExitCode.BUDGET))
@@ -123,7 +117,6 @@ def catalog(json_out: JsonOpt = False) -> None:
     blocks = list(shipped_catalog().values())
     out = console(json_out)
     if json_out:
-        out.emit_json({"schema": "provisioner.catalog/v1",
-                       "blocks": [b.model_dump(mode="json") for b in blocks]})
+        out.emit_json(results.dump(results.CatalogReport(blocks=blocks)))
     else:
         out.catalog(blocks)

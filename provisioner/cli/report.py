@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from provisioner import report as report_mod
+from provisioner import results
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.errors import ExitCode, InventoryError
 from provisioner.inventory import Category, check, load
@@ -51,7 +52,7 @@ def report(site: SiteArg = None, out_dir: OutDirOpt = None, state: StateOpt = Fa
         page = report_mod.write(built, out_dir or _base_dir(path) / ".provision" / "report")
         out = console(json_out)
         if json_out:
-            out.emit_json(report_mod.to_json(built, page))
+            out.emit_json(results.dump(results.site_report(built, page)))
         else:
             out.error(exc)
             out.out.print(str(page))
@@ -69,7 +70,7 @@ def report(site: SiteArg = None, out_dir: OutDirOpt = None, state: StateOpt = Fa
         code = ExitCode.OK
     out = console(json_out)
     if json_out:
-        out.emit_json(report_mod.to_json(built, page))
+        out.emit_json(results.dump(results.site_report(built, page)))
     else:
         racks = ", ".join(
             f"{r.name} " + ("ok" if r.ok else f"over budget ({', '.join(r.over)})" if r.over

@@ -6,10 +6,9 @@ from provisioner.report.html import (
     build,
     build_unloadable,
     render_html,
-    to_json,
     write,
 )
 from provisioner.report.nodes import StateView, read_state
 
 __all__ = ["Report", "StateView", "build", "build_unloadable", "read_state", "render_html",
-           "to_json", "write"]
+           "write"]

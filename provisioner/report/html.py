@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import jinja2
 
@@ -23,7 +22,6 @@ from provisioner.report import svg
 from provisioner.report.nodes import StateView
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates" / "report"
-REPORT_JSON_SCHEMA = "provisioner.report/v1"
 PAGE_NAME = "index.html"
 
 
@@ -155,25 +153,3 @@ def write(report: Report, out_dir: Path) -> Path:
     page = out_dir / PAGE_NAME
     page.write_text(render_html(report), encoding="utf-8")
     return page
-
-
-def to_json(report: Report, page: Path) -> dict[str, Any]:
-    """The --json document: where the page is and what it says, for CI."""
-    return {
-        "schema": REPORT_JSON_SCHEMA,
-        "site": report.site,
-        "page": str(page),
-        "ok": report.ok,
-        "generated_at": report.generated_at,
-        "racks": [
-            {"name": r.name, "ok": r.ok, "over_budget": r.over,
-             "used_u": r.nameplate.used_u, "free_u": r.elevation.free_u,
-             "chassis": [{"block": c.block, "u": c.u, "rack_units": c.rack_units,
-                          "nodes": list(c.nodes), "error": c.error}
-                         for c in r.elevation.chassis]}
-            for r in report.racks],
-        "findings": {"errors": len(report.errors), "warnings": len(report.warnings)},
-        "state": None if report.state is None else {
-            "path": report.state.path, "exists": report.state.exists,
-            "phases": report.state.phases},
-    }

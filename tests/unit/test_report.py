@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 import pytest
 from typer.testing import CliRunner
 
-from provisioner import power
+from provisioner import power, results
 from provisioner.cli import app
 from provisioner.inventory import check, load
-from provisioner.report import build, read_state, render_html, svg, to_json
+from provisioner.report import build, read_state, render_html, svg
 from provisioner.state import Phase, StateStore
 from provisioner.workflows.up import state_path
 from tests.conftest import EXAMPLE, FIXTURES, VSCALER
@@ -106,7 +106,8 @@ def test_overlap_and_over_the_top_are_drawn_as_errors(bad):
 
 def test_budget_numbers_are_power_py_numbers(vscaler):
     loaded, rep = vscaler
-    expected = power.report_to_json(power.budget(loaded.site, loaded.catalog))["racks"][0]
+    expected = results.dump(results.power_report(
+        power.budget(loaded.site, loaded.catalog)))["racks"][0]
     typical = power.budget(loaded.site, loaded.catalog, "typical").racks[0]
     rack = rep.racks[0]
     assert rack.nameplate.load_w == pytest.approx(expected["power"]["load_w"], abs=0.1)
@@ -221,7 +222,7 @@ def test_cli_example_prints_the_page_path(tmp_path):
 
 def test_json_lists_every_chassis(vscaler, tmp_path):
     loaded, rep = vscaler
-    doc = to_json(rep, tmp_path / "index.html")
+    doc = results.dump(results.site_report(rep, tmp_path / "index.html"))
     assert sum(len(c["nodes"]) for c in doc["racks"][0]["chassis"]) == sum(
         len(p.nodes) for p in loaded.site.placements)
     assert doc["racks"][0]["used_u"] == 40

@@ -1,10 +1,5 @@
-"""Every command's JSON output as one typed result (pydantic), with its schema version.
-
-The CLI builds a result from what the core returned and the console prints it: as JSON
-(`dump`) or as tables that read the same fields. Nothing else shapes JSON, so a CI job
-that reads `--json` reads these models, and `json_schemas()` documents them
-(docs/json.md, kept equal to the code by a test).
-"""
+"""Results of the commands that act on nodes: up (and its events), run, bmc, render,
+artifacts, lab."""
 
 from __future__ import annotations
 
@@ -12,7 +7,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from provisioner.results.base import Out
 
 if TYPE_CHECKING:
     from provisioner.bmc import NodeResult
@@ -20,17 +17,6 @@ if TYPE_CHECKING:
     from provisioner.runner import RunResult
     from provisioner.workflows.engine import Progress
     from provisioner.workflows.up import UpResult
-
-
-class Out(BaseModel):
-    """Base of every JSON result: unknown fields refused, immutable; `schema` by alias."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-def dump(result: BaseModel) -> dict[str, Any]:
-    """The JSON document (the schema field is spelled `schema`)."""
-    return result.model_dump(mode="json", by_alias=True)
 
 
 # ---------------------------------------------------------------- provision up
@@ -214,9 +200,9 @@ class LabReport(Out):
     running: bool
     site: str
     latency_ms: int = 0
-    processes: list[LabProcessView] = []
-    endpoints: dict[str, dict[str, Any]] = {}
-    ssh_hosts: list[dict[str, Any]] = []
+    processes: list[LabProcessView] = Field(default_factory=list)
+    endpoints: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    ssh_hosts: list[dict[str, Any]] = Field(default_factory=list)
     ssh_tag: str = ""
 
 
@@ -234,12 +220,3 @@ def lab_report(site: str, state: LabState | None, *, with_liveness: bool) -> Lab
 
 RESULTS: tuple[type[Out], ...] = (UpReport, UpEvent, RunReport, BmcReport, RenderReport,
                                   ArtifactsReport, LabReport)
-
-
-def json_schemas() -> dict[str, dict[str, Any]]:
-    """JSON Schema of every result above, by its schema id (docs/json.md)."""
-    out = {}
-    for model in RESULTS:
-        schema_id = model.model_fields["schema_"].default
-        out[schema_id] = model.model_json_schema(by_alias=True)
-    return out

@@ -1,0 +1,88 @@
+"""Results of `provision fabric check | diff | push`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from provisioner.results.base import Out
+
+if TYPE_CHECKING:
+    from provisioner.fabric.base import Mismatch
+    from provisioner.switches.ops import SwitchOutcome
+
+
+class MismatchView(Out):
+    """One RoCE link where host and switch disagree, both ends named."""
+
+    host: str
+    nic: str
+    switch: str
+    port: str
+    what: str  # pfc | dscp-map | cnp | mtu | trust
+    host_value: str
+    switch_value: str
+
+
+class FabricCheckReport(Out):
+    schema_: Literal["provisioner.fabric.check/v1"] = Field("provisioner.fabric.check/v1",
+                                                            alias="schema")
+    site: str
+    ok: bool
+    links_checked: int
+    exit_code: int
+    mismatches: list[MismatchView]
+
+
+class SwitchView(Out):
+    switch: str
+    nos: str
+    status: str  # unchanged | changes | pushed | rolled_back | failed
+    diff: str
+    commands: list[str]
+    applied: list[str]  # lines the switch accepted during the push
+    undone: list[str]  # compensating lines sent after a failure
+    error: str | None
+
+
+class _Switches(Out):
+    site: str
+    dry_run: bool
+    exit_code: int
+    switches: list[SwitchView]
+
+
+class FabricDiffReport(_Switches):
+    schema_: Literal["provisioner.fabric.diff/v1"] = Field("provisioner.fabric.diff/v1",
+                                                           alias="schema")
+
+
+class FabricPushReport(_Switches):
+    schema_: Literal["provisioner.fabric.push/v1"] = Field("provisioner.fabric.push/v1",
+                                                           alias="schema")
+
+
+def check_report(site: str, ok: bool, links_checked: int, exit_code: int,
+                 mismatches: Sequence[Mismatch]) -> FabricCheckReport:
+    return FabricCheckReport(site=site, ok=ok, links_checked=links_checked,
+                             exit_code=exit_code,
+                             mismatches=[MismatchView(host=m.host, nic=m.nic, switch=m.switch,
+                                                      port=m.port, what=m.what,
+                                                      host_value=m.host_value,
+                                                      switch_value=m.switch_value)
+                                         for m in mismatches])
+
+
+def switches_report(push: bool, site: str, dry_run: bool, exit_code: int,
+                    outcomes: Sequence[SwitchOutcome]) -> _Switches:
+    model: type[_Switches] = FabricPushReport if push else FabricDiffReport
+    return model(site=site, dry_run=dry_run, exit_code=exit_code,
+                 switches=[SwitchView(switch=o.switch, nos=o.nos, status=o.status,
+                                      diff=o.diff, commands=list(o.commands),
+                                      applied=list(o.applied), undone=list(o.undone),
+                                      error=o.error) for o in outcomes])
+
+
+RESULTS: tuple[type[Out], ...] = (FabricCheckReport, FabricDiffReport, FabricPushReport)
