@@ -25,7 +25,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from ipaddress import IPv4Address, IPv4Network
@@ -40,6 +39,8 @@ from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import BmcProtocol, NetworkKind, Node
 from provisioner.lab import hosts as hosts_mod
+from provisioner.lab import procs
+from provisioner.lab.procs import LOOPBACK
 from provisioner.secrets import write_private
 
 LAB_USER = "admin"
@@ -47,10 +48,6 @@ LAB_USER = "admin"
 # process for hundreds of systems would make the lab, not the tool, the bottleneck.
 SYSTEMS_PER_EMULATOR = 32
 LAB_CREDENTIALS = "lab-bmc"
-LOOPBACK = "127.0.0.1"
-# The well-known IPMI 1.5 "Get Channel Authentication Capabilities" request (RMCP, no
-# session), as sent by ipmitool: any answer means the BMC is up.
-IPMI_PING = bytes.fromhex("0600ff07000000000000000000092018c88100388e04b5")
 
 
 def state_dir(loaded: LoadedSite) -> Path:
@@ -92,71 +89,6 @@ class LabState:
                    endpoints=data.get("endpoints", {}),
                    ssh_hosts=[hosts_mod.SshHost(**h) for h in data.get("ssh_hosts", [])],
                    ssh_tag=data.get("ssh_tag", ""))
-
-
-def _free_ports(kind: int, count: int) -> list[int]:
-    """`count` distinct free loopback ports: all held open until all are chosen, so the
-    kernel cannot hand out the same one twice."""
-    socks = [socket.socket(socket.AF_INET, kind) for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind((LOOPBACK, 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _wait_until(ready: Callable[[], bool], timeout_s: float, proc: subprocess.Popen[bytes],
-                what: str, where: str, hint: str) -> None:
-    """Wait for a started peer to answer; fail at once if its process exits."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise ConfigError(f"lab: {what} exited at start (code {proc.returncode})",
-                              hint=hint)
-        if ready():
-            return
-        time.sleep(0.05)
-    raise ConfigError(f"lab: {what} did not answer on {where} in {timeout_s:g} s")
-
-
-def _tcp_open(port: int) -> bool:
-    try:
-        socket.create_connection((LOOPBACK, port), 0.2).close()
-        return True
-    except OSError:
-        return False
-
-
-def _wait_tcp(port: int, timeout_s: float, proc: subprocess.Popen[bytes], what: str) -> None:
-    _wait_until(lambda: _tcp_open(port), timeout_s, proc, what, f"{LOOPBACK}:{port}",
-                "see its log in .provision/lab/")
-
-
-def ipmi_ping(port: int, timeout_s: float = 0.3, host: str = LOOPBACK) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.settimeout(timeout_s)
-        try:
-            s.sendto(IPMI_PING, (host, port))
-            s.recvfrom(512)
-            return True
-        except OSError:
-            return False
-
-
-def _wait_ipmi(port: int, timeout_s: float, proc: subprocess.Popen[bytes], what: str) -> None:
-    _wait_until(lambda: ipmi_ping(port, 0.2), timeout_s, proc, what, f"UDP {port}",
-                "is OpenIPMI's ipmi_sim installed? (apt-get install openipmi)")
-
-
-def _spawn(argv: Sequence[str], log: Path, env: dict[str, str] | None = None
-           ) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
-        # A new session: Ctrl-C at the CLI does not reach the lab's processes.
-        return subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=env)
 
 
 def _record(state: LabState, role: str, proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -230,15 +162,15 @@ def _start(loaded: LoadedSite, lab: Path, state: LabState, password: str, latenc
     proxy_udp: list[list[int]] = []
     shards = [redfish[i:i + SYSTEMS_PER_EMULATOR]
               for i in range(0, len(redfish), SYSTEMS_PER_EMULATOR)]
-    tcp_ports = _free_ports(socket.SOCK_STREAM,
+    tcp_ports = procs.free_ports(socket.SOCK_STREAM,
                             len(shards) + (len(redfish) if latency_ms else 0))
-    udp_ports = _free_ports(socket.SOCK_DGRAM, len(ipmi) * (2 if latency_ms else 1))
+    udp_ports = procs.free_ports(socket.SOCK_DGRAM, len(ipmi) * (2 if latency_ms else 1))
     fronts_tcp = iter(tcp_ports[len(shards):])
     started = [(shard, _start_sushy(loaded, lab / f"redfish-{i}", state, password, shard,
                                     tcp_ports[i], f"redfish-{i}"))
                for i, shard in enumerate(shards)]
     for shard, (port, proc) in started:
-        _wait_tcp(port, timeout_s, proc, "sushy-emulator")
+        procs.wait_tcp(port, timeout_s, proc, "sushy-emulator")
         for n in shard:
             ep = state.endpoints[n.hostname]
             ep["port"] = port
@@ -254,7 +186,7 @@ def _start(loaded: LoadedSite, lab: Path, state: LabState, password: str, latenc
         pending.append((n, port, proc))
     fronts = udp_ports[len(ipmi):]
     for i, (n, port, proc) in enumerate(pending):
-        _wait_ipmi(port, timeout_s, proc, f"ipmi_sim for {n.hostname}")
+        procs.wait_ipmi(port, timeout_s, proc, f"ipmi_sim for {n.hostname}")
         ep = {"address": LOOPBACK, "port": port, "cipher_suite": 3,
               "chassis_dir": str(lab / "ipmi" / n.hostname / "chassis")}
         if latency_ms:
@@ -266,10 +198,10 @@ def _start(loaded: LoadedSite, lab: Path, state: LabState, password: str, latenc
         cfg.write_text(json.dumps({"latency_ms": latency_ms, "tcp": proxy_tcp,
                                    "udp": proxy_udp}))
         log = lab / "proxy.log"
-        proc = _spawn([sys.executable, "-m", "provisioner.lab.proxy", str(cfg)], log)
+        proc = procs.spawn([sys.executable, "-m", "provisioner.lab.proxy", str(cfg)], log)
         _record(state, "proxy", proc, log)
         for listen, _ in proxy_tcp:
-            _wait_tcp(listen, timeout_s, proc, "latency proxy")
+            procs.wait_tcp(listen, timeout_s, proc, "latency proxy")
         deadline = time.monotonic() + timeout_s
         while "proxy ready" not in log.read_text() and time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -331,7 +263,7 @@ def _start_sushy(loaded: LoadedSite, rdir: Path, state: LabState, password: str,
         f"SUSHY_EMULATOR_FAKE_SYSTEMS = {systems!r}\n")
     log = rdir / "emulator.log"
     env = {**os.environ, "TMPDIR": str(rdir / "tmp")}  # virtual media downloads land here
-    proc = _spawn([sys.executable, "-m", "sushy_tools.emulator.main", "--config", str(conf),
+    proc = procs.spawn([sys.executable, "-m", "sushy_tools.emulator.main", "--config", str(conf),
                    "-i", LOOPBACK, "-p", str(port)], log, env)
     _record(state, role, proc, log)
     return port, proc
@@ -368,7 +300,8 @@ set_working_mc 0x20
         raise ConfigError("lab: ipmi_sim is not installed",
                           hint="apt-get install openipmi (scripts/bootstrap.sh does it)")
     log = d / "ipmi_sim.log"
-    proc = _spawn([ipmi_sim, "-n", "-c", str(lan), "-f", str(emu), "-s", str(d / "state")], log)
+    proc = procs.spawn([ipmi_sim, "-n", "-c", str(lan), "-f", str(emu), "-s",
+                        str(d / "state")], log)
     _record(state, f"ipmi:{node.hostname}", proc, log)
     return proc
 
