@@ -12,6 +12,7 @@ from typing import Protocol
 
 import jinja2
 
+from provisioner.errors import RenderError
 from provisioner.roce import RocePolicy
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates" / "switch"
@@ -63,6 +64,17 @@ def default_classes(policy: RocePolicy) -> bool:
     """True when the policy is NVIDIA's default (what `roce lossless` / `qos roce` sets)."""
     return (policy.roce_dscp, policy.roce_priority, policy.cnp_dscp,
             policy.cnp_priority) == (26, 3, 48, 6)
+
+
+def require_default_classes(spec: SwitchSpec, renderer: str, switches: str) -> None:
+    """NVUE's `qos roce` and Onyx's `roce lossless` program NVIDIA's classes whatever else is
+    set, so a custom class (say CNP on 3) would conflict: refuse rather than render a
+    broken pair."""
+    if not default_classes(spec.policy):
+        raise RenderError(
+            f"{spec.hostname}: the {renderer} renderer sets NVIDIA's default RoCE classes only "
+            "(DSCP 26 -> 3, CNP 48 -> 6)",
+            hint=f"use the default software.roce values for {switches} switches")
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,7 @@ from typing import Any
 
 import yaml
 
-from provisioner.errors import RenderError
-from provisioner.fabric.base import SwitchQos, SwitchSpec, default_classes, template
+from provisioner.fabric.base import SwitchQos, SwitchSpec, require_default_classes, template
 
 # What `nv set qos roce` programs (Cumulus 5.14 RoCE page, default RoCE configuration table).
 ROCE_DEFAULT_MAP = {26: 3, 48: 6}
@@ -19,13 +18,7 @@ class NvueRenderer:
     file_name = "nvue.yaml"
 
     def render(self, spec: SwitchSpec) -> str:
-        # `qos roce` programs NVIDIA's classes and keeps PFC on SP3 whatever else is set, so a
-        # custom class (say CNP on 3) would conflict; refuse rather than render a broken pair.
-        if not default_classes(spec.policy):
-            raise RenderError(
-                f"{spec.hostname}: the NVUE renderer sets NVIDIA's default RoCE classes only "
-                "(DSCP 26 -> 3, CNP 48 -> 6)",
-                hint="use the default software.roce values for Cumulus switches")
+        require_default_classes(spec, "NVUE", "Cumulus")
         return template("cumulus", "nvue.yaml.j2").render(spec=spec)
 
     def parse(self, text: str) -> SwitchQos:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from provisioner.errors import RenderError
-from provisioner.fabric.base import SwitchQos, SwitchSpec, default_classes, template
+from provisioner.fabric.base import SwitchQos, SwitchSpec, require_default_classes, template
 
 # What `roce lossless` programs (Onyx 3.10.4100 "RoCE Commands", show roce example).
 ROCE_DEFAULT_MAP = {26: 3, 48: 6}
@@ -32,11 +31,7 @@ class OnyxRenderer:
     file_name = "onyx.cfg"
 
     def render(self, spec: SwitchSpec) -> str:
-        if not default_classes(spec.policy):
-            raise RenderError(
-                f"{spec.hostname}: the Onyx renderer sets NVIDIA's default RoCE classes only "
-                "(DSCP 26 -> 3, CNP 48 -> 6)",
-                hint="use the default software.roce values for Onyx switches")
+        require_default_classes(spec, "Onyx", "Onyx")
         ports = [_Port(p.name, cli_port(p.name), p.description.replace('"', "'"), p.mtu_bytes)
                  for p in spec.ports]
         return template("onyx", "onyx.cfg.j2").render(spec=spec, ports=ports)
