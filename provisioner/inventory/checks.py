@@ -6,16 +6,14 @@ Each check yields Findings with a key path; locations are resolved only for find
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from ipaddress import IPv4Address, ip_address
 
 from provisioner import power
-from provisioner.inventory import compat, fabric_checks
+from provisioner.inventory import fabric_checks, software_checks
 from provisioner.inventory.findings import Category, Finding, Severity
 from provisioner.inventory.loader import KeyPath, LoadedSite
 from provisioner.inventory.models import (
-    OPEN_ONLY_ARCHS,
-    PROPRIETARY_ONLY_ARCHS,
     BlockKind,
     BlockType,
     Network,
@@ -54,8 +52,8 @@ def check(loaded: LoadedSite, basis: power.Basis = "nameplate") -> list[Finding]
     """All findings for a site, errors and warnings, in inventory order within each check."""
     emit = _Collector(loaded)
     emit.findings.extend(loaded.warnings)
-    for fn in (_placements, _uniqueness, _networks, _credentials, _software, _kubernetes,
-               transport_warnings):
+    for fn in (_placements, _uniqueness, _networks, _credentials, software_checks.check,
+               _kubernetes, transport_warnings):
         fn(loaded, emit)
     fabric_checks.check(loaded, emit)
     _budgets(loaded, emit, basis)
@@ -273,93 +271,7 @@ def _credentials(loaded: LoadedSite, emit: Emit) -> None:
                  severity=Severity.WARNING)
 
 
-# ---------------------------------------------------------------- software
-
-
-def _gpu_blocks(loaded: LoadedSite) -> Iterator[tuple[int, str]]:
-    for i, p in enumerate(loaded.site.placements):
-        block = loaded.catalog.get(p.block)
-        if block is not None and block.gpu is not None:
-            yield i, block.name
-
-
-def _software(loaded: LoadedSite, emit: Emit) -> None:
-    sw = loaded.site.software
-    drv = sw.nvidia_driver
-    gpu_places = list(_gpu_blocks(loaded))
-    blocks = {name for _, name in gpu_places}
-    archs = {loaded.catalog[b].gpu.architecture for b in blocks if loaded.catalog[b].gpu}  # type: ignore[union-attr]
-    if gpu_places and drv is None:
-        emit("no-driver", ("software",), "the site has GPU nodes but no software.nvidia_driver",
-             "pin a driver branch, for example nvidia_driver: {branch: '570'}", at_key=True)
-    if drv is not None:
-        volta = sorted(b for b in blocks
-                       if loaded.catalog[b].gpu.architecture in PROPRIETARY_ONLY_ARCHS)  # type: ignore[union-attr]
-        needs_open = sorted(b for b in blocks
-                            if loaded.catalog[b].gpu.architecture in OPEN_ONLY_ARCHS)  # type: ignore[union-attr]
-        if drv.kernel_modules == "open" and volta:
-            emit("open-modules-unsupported", ("software", "nvidia_driver", "kernel_modules"),
-                 f"open kernel modules requested, but {', '.join(volta)} have Volta/Pascal GPUs, "
-                 "which only the proprietary modules support",
-                 "set kernel_modules: auto (open where supported) or proprietary")
-        if drv.kernel_modules == "proprietary" and needs_open:
-            emit("proprietary-modules-unsupported",
-                 ("software", "nvidia_driver", "kernel_modules"),
-                 f"proprietary kernel modules requested, but {', '.join(needs_open)} "
-                 "(Blackwell/Grace) require the open modules",
-                 "set kernel_modules: auto or open")
-        if sw.fabric_manager.version and drv.version and sw.fabric_manager.version != drv.version:
-            emit("fabric-manager-version", ("software", "fabric_manager", "version"),
-                 f"fabric manager {sw.fabric_manager.version} differs from driver {drv.version}; "
-                 "Fabric Manager refuses to start unless the versions are equal",
-                 f"set fabric_manager.version to {drv.version} or leave it out")
-        if sw.cuda:
-            _cuda(loaded, emit, sw.cuda, drv.branch, drv.version)
-            if compat.cuda_key(sw.cuda) >= (13, 0, 0) and volta:
-                # CUDA 13.0 drops offline compilation for Maxwell, Pascal and Volta
-                # (CUDA 13 release notes, DOMAIN.md §3).
-                emit("cuda-drops-architecture", ("software", "cuda"),
-                     f"CUDA {sw.cuda} no longer supports Volta ({', '.join(volta)})",
-                     "pin CUDA 12.x for sites with V100 systems")
-        if archs and drv.kernel_modules == "auto" and volta and needs_open:
-            emit("mixed-module-flavours", ("software", "nvidia_driver"),
-                 "the site mixes GPUs that need proprietary and open modules; each node gets "
-                 "its own flavour", severity=Severity.WARNING)
-    elif sw.cuda:
-        emit("cuda-without-driver", ("software", "cuda"), "CUDA is pinned but no driver is",
-             "add software.nvidia_driver")
-    nvswitch = sorted({b for b in blocks if loaded.catalog[b].nvswitch})
-    if nvswitch and sw.fabric_manager.enabled is False:
-        emit("fabric-manager-missing", ("software", "fabric_manager", "enabled"),
-             f"{', '.join(nvswitch)} have NVSwitch and need nvidia-fabricmanager, "
-             "which the plan disables", "set fabric_manager.enabled: auto")
-    if sw.mirror is not None and not sw.mirror.startswith(("http://", "https://", "file://")):
-        emit("bad-mirror", ("software", "mirror"), f"mirror '{sw.mirror}' is not a URL",
-             "write http://mirror.example/ubuntu or file:///srv/mirror")
-
-
-def _cuda(loaded: LoadedSite, emit: Emit, cuda: str, branch: str, version: str | None) -> None:
-    minimum, exact = compat.cuda_min_driver(cuda)
-    path: KeyPath = ("software", "cuda")
-    if minimum is None:
-        emit("cuda-unknown", path, f"CUDA {cuda} is older than every release this tool knows",
-             severity=Severity.WARNING)
-        return
-    if compat.cuda_key(cuda) > compat.newest_cuda_listed() and not exact:
-        emit("cuda-unknown", path,
-             f"CUDA {cuda} is newer than the releases this tool knows; checked against "
-             f"{minimum} as a lower bound only", severity=Severity.WARNING)
-    pinned = version or branch
-    ok = (compat.driver_satisfies(version, minimum) if version
-          else int(branch) >= compat.version_tuple(minimum)[0])
-    if not ok:
-        emit("cuda-needs-newer-driver", path,
-             f"CUDA {cuda} needs driver >= {minimum}; the pinned driver is {pinned}",
-             f"pin nvidia_driver to {minimum.split('.')[0]} or newer, or an older CUDA")
-    elif version is None and int(branch) == compat.version_tuple(minimum)[0]:
-        emit("cuda-driver-unchecked", ("software", "nvidia_driver", "branch"),
-             f"CUDA {cuda} needs driver >= {minimum}; branch {branch} alone cannot prove it",
-             "pin nvidia_driver.version too", severity=Severity.WARNING)
+# ---------------------------------------------------------------- kubernetes
 
 
 def _kubernetes(loaded: LoadedSite, emit: Emit) -> None:

@@ -13,8 +13,9 @@ Audit of the models' free-text fields (what each one reaches, and why it is safe
                            ("/", "@", "?") elsewhere
     Bmc.system_id          a path segment of the Redfish URL: no "/" and no ".."
     Credentials.username   sent to the BMC or switch: no control characters
-  checked in models.py already: host and other names (RFC 1123), versions, interface
-    names, MACs, addresses and CIDRs (typed), ssh.user, iso_url, lab_overlay, enums.
+  checked by the general types below (host and other names, RFC 1123; MACs; addresses
+    and CIDRs, typed) or in the models: versions and interface names
+    (software_models.py), ssh.user, iso_url, lab_overlay, enums.
   safe without a pattern (never rendered, never on a command line): BlockType.description,
     estimated, sources, Nic.model, Feed.name, SiteMeta.description (reports only; the
     console escapes markup); SecretRef.file/vault and Tls.ca_bundle (paths the tool itself
@@ -24,9 +25,17 @@ Audit of the models' free-text fields (what each one reaches, and why it is safe
 from __future__ import annotations
 
 import re
+from ipaddress import IPv4Address, IPv4Network
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+)
 
 _LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 LABEL_NAME_RE = re.compile(rf"^{_LABEL_NAME}$")
@@ -87,3 +96,66 @@ LocalPath = Annotated[str, Field(pattern=PATH_RE)]
 BmcAddress = Annotated[str, Field(min_length=1, max_length=253, pattern=BMC_ADDRESS_RE)]
 SystemId = Annotated[str, Field(pattern=SYSTEM_ID_RE)]
 UserName = Annotated[str, Field(min_length=1, max_length=64, pattern=NO_CONTROL_RE)]
+
+
+# ---------------------------------------------------------------- names, MACs, addresses
+# Shared by models.py, block_models.py and software_models.py: here, not in one of them.
+
+# RFC 1123 host label: letters, digits, hyphen; 1-63 chars; no leading/trailing hyphen.
+# Lower case only: Kubernetes node names must be lower case (RFC 1123 subdomain).
+HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
+MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+
+
+def _hostname(value: str) -> str:
+    if not HOSTNAME_RE.match(value):
+        raise ValueError(
+            "not a valid RFC 1123 host name: use 1-63 lower-case letters, digits or '-', "
+            "not starting or ending with '-'"
+        )
+    return value
+
+
+def _name(value: str) -> str:
+    if not NAME_RE.match(value):
+        raise ValueError(
+            "not a valid name: use 1-63 lower-case letters, digits, '-' or '_', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _mac(value: str) -> str:
+    norm = value.strip().lower().replace("-", ":")
+    if not MAC_RE.match(norm):
+        raise ValueError("not a MAC address: write six hex pairs such as 52:54:00:12:34:56")
+    return norm
+
+
+def _text_only(value: Any) -> Any:
+    """Addresses are written as text: YAML's true or 42 must not become 0.0.0.1/32."""
+    if not isinstance(value, str):
+        raise ValueError("write the address as text, for example 10.0.0.1 or 10.0.0.0/24")
+    return value
+
+
+# WithJsonSchema only tells editors (JSON Schema export) what the validators accept; the
+# validators above stay the one check, with their own messages.
+IPv4Addr = Annotated[IPv4Address, BeforeValidator(_text_only)]
+IPv4Net = Annotated[IPv4Network, BeforeValidator(_text_only)]
+Hostname = Annotated[str, AfterValidator(_hostname), WithJsonSchema(
+    {"type": "string", "pattern": HOSTNAME_RE.pattern,
+     "description": "RFC 1123 host label: lower-case letters, digits and '-', 1-63 characters"})]
+Name = Annotated[str, AfterValidator(_name), WithJsonSchema(
+    {"type": "string", "pattern": NAME_RE.pattern,
+     "description": "name: lower-case letters, digits, '-' or '_', 1-63 characters"})]
+Mac = Annotated[str, AfterValidator(_mac), WithJsonSchema(
+    {"type": "string", "pattern": r"^\s*[0-9A-Fa-f]{2}([:-][0-9A-Fa-f]{2}){5}\s*$",
+     "description": "MAC address, six hex pairs such as 52:54:00:12:34:56"})]
+
+
+class Model(BaseModel):
+    """Base: frozen, unknown keys are errors (typos must not pass silently)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)

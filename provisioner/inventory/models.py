@@ -3,219 +3,110 @@
 Models check what one object can know about itself (types, ranges, formats); checks that
 need more than one object (overlaps, duplicates, CIDR membership) live in checks.py so the
 model stays cheap to build for sites of tens of thousands of nodes.
+
+Field types live in fields.py, the catalog's blocks in block_models.py, the software pins
+in software_models.py and the cabling in fabric_models.py; this module re-exports them
+(`__all__`) so `from provisioner.inventory.models import X` keeps working.
 """
 
 from __future__ import annotations
 
 import re
 from enum import StrEnum
-from ipaddress import IPv4Address, IPv4Network
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, field_validator, model_validator
 
+from provisioner.inventory.block_models import (
+    OPEN_ONLY_ARCHS,
+    PROPRIETARY_ONLY_ARCHS,
+    BlockKind,
+    BlockType,
+    GpuArch,
+    Gpus,
+    Nic,
+    Psu,
+)
 from provisioner.inventory.fabric_models import Cabling
 from provisioner.inventory.fields import (
+    HOSTNAME_RE,
+    MAC_RE,
+    NAME_RE,
     BmcAddress,
-    GpuModel,
-    KubeVersion,
+    Hostname,
+    IPv4Addr,
+    IPv4Net,
     LabelKey,
     LabelValue,
     LocalPath,
-    MirrorUrl,
+    Mac,
+    Model,
+    Name,
     SystemId,
     UserName,
 )
-
-# RFC 1123 host label: letters, digits, hyphen; 1-63 chars; no leading/trailing hyphen.
-# Lower case only: Kubernetes node names must be lower case (RFC 1123 subdomain).
-HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
-MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
-ENV_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}$")
-
-
-def _hostname(value: str) -> str:
-    if not HOSTNAME_RE.match(value):
-        raise ValueError(
-            "not a valid RFC 1123 host name: use 1-63 lower-case letters, digits or '-', "
-            "not starting or ending with '-'"
-        )
-    return value
-
-
-def _name(value: str) -> str:
-    if not NAME_RE.match(value):
-        raise ValueError(
-            "not a valid name: use 1-63 lower-case letters, digits, '-' or '_', "
-            "starting and ending with a letter or digit"
-        )
-    return value
-
-
-def _mac(value: str) -> str:
-    norm = value.strip().lower().replace("-", ":")
-    if not MAC_RE.match(norm):
-        raise ValueError("not a MAC address: write six hex pairs such as 52:54:00:12:34:56")
-    return norm
-
-
-def _version_in(value: Any) -> Any:
-    """YAML reads 12.10 as the float 12.1: refuse floats, accept plain integers."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, float):
-        raise ValueError(f"write versions in quotes ('{value}'): YAML reads 12.10 as 12.1")
-    if isinstance(value, int):
-        return str(value)
-    return value
-
-
-def _version(value: str) -> str:
-    if not VERSION_RE.match(value):
-        raise ValueError(
-            "not a version: write digits separated by dots, such as 12.8 or 570.124.06")
-    return value
-
-
-def _text_only(value: Any) -> Any:
-    """Addresses are written as text: YAML's true or 42 must not become 0.0.0.1/32."""
-    if not isinstance(value, str):
-        raise ValueError("write the address as text, for example 10.0.0.1 or 10.0.0.0/24")
-    return value
-
-
-# WithJsonSchema only tells editors (JSON Schema export) what the validators accept; the
-# validators above stay the one check, with their own messages.
-IPv4Addr = Annotated[IPv4Address, BeforeValidator(_text_only)]
-IPv4Net = Annotated[IPv4Network, BeforeValidator(_text_only)]
-Hostname = Annotated[str, AfterValidator(_hostname), WithJsonSchema(
-    {"type": "string", "pattern": HOSTNAME_RE.pattern,
-     "description": "RFC 1123 host label: lower-case letters, digits and '-', 1-63 characters"})]
-Name = Annotated[str, AfterValidator(_name), WithJsonSchema(
-    {"type": "string", "pattern": NAME_RE.pattern,
-     "description": "name: lower-case letters, digits, '-' or '_', 1-63 characters"})]
-Mac = Annotated[str, AfterValidator(_mac), WithJsonSchema(
-    {"type": "string", "pattern": r"^\s*[0-9A-Fa-f]{2}([:-][0-9A-Fa-f]{2}){5}\s*$",
-     "description": "MAC address, six hex pairs such as 52:54:00:12:34:56"})]
-Version = Annotated[str, BeforeValidator(_version_in), AfterValidator(_version), WithJsonSchema(
-    {"anyOf": [{"type": "string", "pattern": VERSION_RE.pattern}, {"type": "integer"}],
-     "description": "version as a quoted string, such as '12.8' (YAML reads 12.10 as 12.1)"})]
-
-
-class Model(BaseModel):
-    """Base: frozen, unknown keys are errors (typos must not pass silently)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
-
-
-# ---------------------------------------------------------------- catalog
-
-
-class BlockKind(StrEnum):
-    HCI = "hci"
-    COMPUTE = "compute"
-    STORAGE = "storage"
-    GPU_SERVER = "gpu_server"
-    SWITCH = "switch"
-
-
-class GpuArch(StrEnum):
-    MAXWELL = "maxwell"
-    PASCAL = "pascal"
-    VOLTA = "volta"
-    TURING = "turing"
-    AMPERE = "ampere"
-    ADA = "ada"
-    HOPPER = "hopper"
-    GRACE_HOPPER = "grace_hopper"
-    BLACKWELL = "blackwell"
-    GRACE_BLACKWELL = "grace_blackwell"
-
-
-# Open kernel modules: Turing and newer only; Grace and Blackwell need them
-# (source: NVIDIA driver installation guide, kernel-modules page [P]; DOMAIN.md §3).
-PROPRIETARY_ONLY_ARCHS = frozenset({GpuArch.MAXWELL, GpuArch.PASCAL, GpuArch.VOLTA})
-OPEN_ONLY_ARCHS = frozenset(
-    {GpuArch.BLACKWELL, GpuArch.GRACE_HOPPER, GpuArch.GRACE_BLACKWELL}
+from provisioner.inventory.software_models import (
+    IFNAME_RE,
+    VERSION_RE,
+    Dcgm,
+    FabricManager,
+    Kubernetes,
+    NvidiaDriver,
+    Roce,
+    Software,
+    Version,
 )
 
+__all__ = [
+    "ENV_VAR_RE",
+    "HOSTNAME_RE",
+    "IFNAME_RE",
+    "MAC_RE",
+    "NAME_RE",
+    "OPEN_ONLY_ARCHS",
+    "PROPRIETARY_ONLY_ARCHS",
+    "VERSION_RE",
+    "BlockKind",
+    "BlockType",
+    "Bmc",
+    "BmcProtocol",
+    "BootMethod",
+    "Cabling",
+    "Credentials",
+    "Dcgm",
+    "FabricManager",
+    "Feed",
+    "GpuArch",
+    "Gpus",
+    "Hostname",
+    "IPv4Addr",
+    "IPv4Net",
+    "Kubernetes",
+    "Mac",
+    "Model",
+    "Name",
+    "Network",
+    "NetworkKind",
+    "Nic",
+    "Node",
+    "NvidiaDriver",
+    "Placement",
+    "Provisioning",
+    "Psu",
+    "Rack",
+    "Roce",
+    "Role",
+    "SecretRef",
+    "Site",
+    "SiteMeta",
+    "Software",
+    "Ssh",
+    "SwitchAccess",
+    "Tls",
+    "Version",
+]
 
-class Psu(Model):
-    count: int = Field(ge=1, le=16, description="number of power supplies")
-    rating_w: float = Field(gt=0, le=20_000, description="output rating of one supply, W")
-    redundancy: str = Field(pattern=r"^\d+\+\d+$", description="N+M: N needed, M spare")
-
-    @property
-    def needed(self) -> int:
-        return int(self.redundancy.split("+")[0])
-
-
-class Gpus(Model):
-    model: GpuModel = Field(description="GPU model, such as H100 (becomes a label value)")
-    count: int = Field(ge=1, le=72, description="GPUs per node")
-    architecture: GpuArch = Field(description="GPU architecture (decides the kernel modules)")
-
-
-class Nic(Model):
-    ports: int = Field(ge=1, le=256, description="number of ports")
-    speed_gbps: float = Field(gt=0, le=1600, description="port speed, Gbit/s")
-    model: str | None = Field(default=None, description="NIC model")
-    # Ways one port splits into (swp1s0..swp1s3 = 4): the switch's supported breakouts.
-    breakout: tuple[Annotated[int, Field(ge=2, le=8)], ...] = Field(
-        default=(), description="ways one port can be split (breakout), e.g. [2, 4]")
-
-
-class BlockType(Model):
-    """One building-block type: a chassis and what it holds."""
-
-    name: Name = Field(description="block type name, used by placements' block")
-    kind: BlockKind = Field(description="hci, compute, storage, gpu_server or switch")
-    description: str = ""
-    rack_units: int = Field(ge=1, le=60, description="chassis height, U")
-    nodes_per_chassis: int = Field(default=1, ge=1, le=16, description="nodes one chassis holds")
-    max_power_w: float = Field(gt=0, le=200_000, description="nameplate maximum input power, W")
-    typical_power_w: float = Field(gt=0, le=200_000, description="typical input power, W")
-    psu: Psu | None = Field(default=None, description="power supplies")
-    gpu: Gpus | None = Field(default=None, description="GPUs of each node")
-    nvswitch: bool = Field(default=False, description="has NVSwitch (needs fabric manager)")
-    imex: bool = Field(default=False, description="multi-node NVLink (IMEX) system")
-    nics: tuple[Nic, ...] = Field(default=(), description="network adapters")
-    airflow_cfm: float | None = Field(default=None, gt=0, description="vendor airflow, CFM")
-    switch_role: Literal["roce", "management", "oob", "storage"] | None = Field(
-        default=None, description="what a switch block is for (switches only)")
-    estimated: tuple[str, ...] = Field(
-        default=(), description="names of fields whose figures have no vendor source")
-    sources: tuple[str, ...] = Field(default=(), description="where the figures come from")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> BlockType:
-        if self.typical_power_w > self.max_power_w:
-            raise ValueError("typical_power_w is larger than max_power_w")
-        known = set(type(self).model_fields)
-        unknown = [f for f in self.estimated if f not in known]
-        if unknown:
-            raise ValueError(f"estimated names unknown fields: {', '.join(unknown)}")
-        if self.kind is BlockKind.SWITCH and self.switch_role is None:
-            raise ValueError("a switch block needs switch_role (roce, management, oob or storage)")
-        return self
-
-    def power_w(self, basis: str) -> float:
-        return self.typical_power_w if basis == "typical" else self.max_power_w
-
-    def is_estimated(self, basis: str) -> bool:
-        field = "typical_power_w" if basis == "typical" else "max_power_w"
-        return field in self.estimated
+ENV_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 # ---------------------------------------------------------------- site parts
@@ -401,74 +292,6 @@ class Network(Model):
     mtu: int = Field(default=1500, ge=576, le=9216, description="MTU, bytes")
     gateway: IPv4Addr | None = Field(default=None, description="default gateway")
 
-
-class NvidiaDriver(Model):
-    branch: Annotated[str, BeforeValidator(_version_in), Field(pattern=r"^\d{3}$"),
-                      WithJsonSchema({"anyOf": [{"type": "string", "pattern": r"^\d{3}$"},
-                                                {"type": "integer"}],
-                                      "description": "driver branch, such as '570'"})]
-    version: Version | None = None
-    kernel_modules: Literal["auto", "open", "proprietary"] = "auto"
-
-    @model_validator(mode="after")
-    def _version_in_branch(self) -> NvidiaDriver:
-        if self.version and self.version.split(".")[0] != self.branch:
-            raise ValueError(f"version {self.version} is not in branch {self.branch}")
-        return self
-
-
-class FabricManager(Model):
-    # YAML reads yes/no as booleans, so accept both spellings as bools.
-    enabled: bool | Literal["auto"] = "auto"
-    version: Version | None = None
-
-
-class Kubernetes(Model):
-    version: KubeVersion = Field(description="Kubernetes version, such as '1.31.4'")
-    cni: Literal["calico", "cilium", "flannel"] = "calico"
-    pod_cidr: IPv4Net = Field(default=IPv4Network("10.244.0.0/16"),
-                              description="pod network")
-    service_cidr: IPv4Net = Field(default=IPv4Network("10.96.0.0/12"),
-                                  description="service network")
-
-
-class Dcgm(Model):
-    version: Version | None = None
-    diag_level: int = Field(default=1, ge=1, le=4, description="dcgmi diag level (health gate)")
-
-
-IFNAME_RE = r"^[A-Za-z0-9_.:-]{1,15}$"  # Linux IFNAMSIZ is 16 with the terminating NUL
-
-
-class Roce(Model):
-    """RoCE QoS contract shared by host and switch (DOMAIN.md §2, NVIDIA lossless RoCE)."""
-
-    interfaces: tuple[Annotated[str, Field(pattern=IFNAME_RE)], ...] = ()
-    dscp: int = Field(default=26, ge=0, le=63)
-    priority: int = Field(default=3, ge=0, le=7)
-    cnp_dscp: int = Field(default=48, ge=0, le=63)
-    cnp_priority: int = Field(default=6, ge=0, le=7)
-    mode: Literal["lossless", "lossy"] = "lossless"
-
-    @model_validator(mode="after")
-    def _distinct(self) -> Roce:
-        if self.priority == self.cnp_priority:
-            raise ValueError("RoCE and CNP priorities must differ")
-        if self.dscp == self.cnp_dscp:
-            raise ValueError("RoCE and CNP DSCP values must differ")
-        return self
-
-
-class Software(Model):
-    os: Literal["ubuntu-22.04", "ubuntu-24.04", "rhel-9", "dgx-os-6", "dgx-os-7"] = "ubuntu-22.04"
-    nvidia_driver: NvidiaDriver | None = None
-    cuda: Version | None = None
-    fabric_manager: FabricManager = FabricManager()
-    dcgm: Dcgm = Dcgm()
-    doca: Version | None = None
-    kubernetes: Kubernetes | None = None
-    roce: Roce = Roce()
-    mirror: MirrorUrl | None = Field(default=None, description="local package mirror (air-gapped)")
 
 
 class Ssh(Model):

@@ -1,0 +1,110 @@
+"""Software pins of a site: driver, CUDA, fabric manager, DCGM, Kubernetes, RoCE QoS.
+
+Kept apart from models.py (as fabric_models.py is) so the version-bearing models grow
+without growing the core model; models.py imports `Software` for `Site.software`.
+Cross-object checks live in software_checks.py (Kubernetes roles and CIDRs: checks.py).
+"""
+
+from __future__ import annotations
+
+import re
+from ipaddress import IPv4Network
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
+
+from provisioner.inventory.fields import IPv4Net, KubeVersion, MirrorUrl, Model
+
+VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}$")
+
+
+def _version_in(value: Any) -> Any:
+    """YAML reads 12.10 as the float 12.1: refuse floats, accept plain integers."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, float):
+        raise ValueError(f"write versions in quotes ('{value}'): YAML reads 12.10 as 12.1")
+    if isinstance(value, int):
+        return str(value)
+    return value
+
+
+def _version(value: str) -> str:
+    if not VERSION_RE.match(value):
+        raise ValueError(
+            "not a version: write digits separated by dots, such as 12.8 or 570.124.06")
+    return value
+
+
+Version = Annotated[str, BeforeValidator(_version_in), AfterValidator(_version), WithJsonSchema(
+    {"anyOf": [{"type": "string", "pattern": VERSION_RE.pattern}, {"type": "integer"}],
+     "description": "version as a quoted string, such as '12.8' (YAML reads 12.10 as 12.1)"})]
+
+
+class NvidiaDriver(Model):
+    branch: Annotated[str, BeforeValidator(_version_in), Field(pattern=r"^\d{3}$"),
+                      WithJsonSchema({"anyOf": [{"type": "string", "pattern": r"^\d{3}$"},
+                                                {"type": "integer"}],
+                                      "description": "driver branch, such as '570'"})]
+    version: Version | None = None
+    kernel_modules: Literal["auto", "open", "proprietary"] = "auto"
+
+    @model_validator(mode="after")
+    def _version_in_branch(self) -> NvidiaDriver:
+        if self.version and self.version.split(".")[0] != self.branch:
+            raise ValueError(f"version {self.version} is not in branch {self.branch}")
+        return self
+
+
+class FabricManager(Model):
+    # YAML reads yes/no as booleans, so accept both spellings as bools.
+    enabled: bool | Literal["auto"] = "auto"
+    version: Version | None = None
+
+
+class Kubernetes(Model):
+    version: KubeVersion = Field(description="Kubernetes version, such as '1.31.4'")
+    cni: Literal["calico", "cilium", "flannel"] = "calico"
+    pod_cidr: IPv4Net = Field(default=IPv4Network("10.244.0.0/16"),
+                              description="pod network")
+    service_cidr: IPv4Net = Field(default=IPv4Network("10.96.0.0/12"),
+                                  description="service network")
+
+
+class Dcgm(Model):
+    version: Version | None = None
+    diag_level: int = Field(default=1, ge=1, le=4, description="dcgmi diag level (health gate)")
+
+
+IFNAME_RE = r"^[A-Za-z0-9_.:-]{1,15}$"  # Linux IFNAMSIZ is 16 with the terminating NUL
+
+
+class Roce(Model):
+    """RoCE QoS contract shared by host and switch (DOMAIN.md §2, NVIDIA lossless RoCE)."""
+
+    interfaces: tuple[Annotated[str, Field(pattern=IFNAME_RE)], ...] = ()
+    dscp: int = Field(default=26, ge=0, le=63)
+    priority: int = Field(default=3, ge=0, le=7)
+    cnp_dscp: int = Field(default=48, ge=0, le=63)
+    cnp_priority: int = Field(default=6, ge=0, le=7)
+    mode: Literal["lossless", "lossy"] = "lossless"
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Roce:
+        if self.priority == self.cnp_priority:
+            raise ValueError("RoCE and CNP priorities must differ")
+        if self.dscp == self.cnp_dscp:
+            raise ValueError("RoCE and CNP DSCP values must differ")
+        return self
+
+
+class Software(Model):
+    os: Literal["ubuntu-22.04", "ubuntu-24.04", "rhel-9", "dgx-os-6", "dgx-os-7"] = "ubuntu-22.04"
+    nvidia_driver: NvidiaDriver | None = None
+    cuda: Version | None = None
+    fabric_manager: FabricManager = FabricManager()
+    dcgm: Dcgm = Dcgm()
+    doca: Version | None = None
+    kubernetes: Kubernetes | None = None
+    roce: Roce = Roce()
+    mirror: MirrorUrl | None = Field(default=None, description="local package mirror (air-gapped)")
