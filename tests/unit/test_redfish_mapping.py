@@ -11,7 +11,7 @@ import json
 import pytest
 
 from provisioner.bmc import quirks as quirks_mod
-from provisioner.bmc import redfish
+from provisioner.bmc import redfish_map as redfish
 from provisioner.bmc.base import BootDevice, BootMode, BootSetting, PowerAction, PowerState
 from provisioner.bmc.quirks import Quirks, quirks_for
 from provisioner.errors import BmcUnsupported

@@ -1,0 +1,233 @@
+"""Redfish JSON -> the neutral vocabulary of bmc/base.py, as tables and pure functions.
+
+Kept apart from the driver so the mapping can be tested without a BMC or sushy: unit tests
+feed these functions captured Dell, HPE, Supermicro and Lenovo payloads. What belongs here:
+value tables and functions of payloads only (no I/O, no sushy, no requests).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from provisioner.bmc.base import (
+    BootDevice,
+    BootMode,
+    BootSetting,
+    Gpu,
+    HardwareFacts,
+    NicFact,
+    PowerAction,
+    PowerState,
+    PsuFact,
+)
+from provisioner.bmc.quirks import Quirks
+from provisioner.errors import BmcUnsupported
+
+JSON = dict[str, Any]
+
+# ---------------------------------------------------------------- mapping tables
+
+POWER_STATE_FROM_REDFISH: dict[str, PowerState] = {
+    "On": PowerState.ON,
+    "Off": PowerState.OFF,
+    "PoweringOn": PowerState.POWERING_ON,
+    "PoweringOff": PowerState.POWERING_OFF,
+    "Paused": PowerState.ON,
+}
+
+# Reset types in order of preference; the first one the BMC allows is used.
+RESET_TYPES: dict[PowerAction, tuple[str, ...]] = {
+    PowerAction.ON: ("On", "ForceOn", "PushPowerButton"),
+    PowerAction.OFF: ("ForceOff", "PushPowerButton"),
+    PowerAction.SOFT_OFF: ("GracefulShutdown",),
+    PowerAction.CYCLE: ("PowerCycle", "ForceRestart", "GracefulRestart"),
+    PowerAction.RESET: ("ForceRestart", "GracefulRestart", "PowerCycle"),
+}
+
+BOOT_TARGET_TO_REDFISH: dict[BootDevice, str] = {
+    BootDevice.PXE: "Pxe",
+    BootDevice.DISK: "Hdd",
+    BootDevice.CD: "Cd",
+    BootDevice.BIOS: "BiosSetup",
+    BootDevice.NONE: "None",
+}
+BOOT_TARGET_FROM_REDFISH: dict[str, BootDevice] = {
+    **{v: k for k, v in BOOT_TARGET_TO_REDFISH.items()},
+    "UsbCd": BootDevice.CD,
+    "UefiHttp": BootDevice.PXE,
+}
+BOOT_MODE_TO_REDFISH = {BootMode.UEFI: "UEFI", BootMode.LEGACY: "Legacy"}
+BOOT_MODE_FROM_REDFISH = {v: k for k, v in BOOT_MODE_TO_REDFISH.items()}
+
+# ---------------------------------------------------------------- pure mapping
+
+
+def power_state(system: JSON) -> PowerState:
+    return POWER_STATE_FROM_REDFISH.get(str(system.get("PowerState")), PowerState.UNKNOWN)
+
+
+def allowed_reset_types(system: JSON) -> list[str]:
+    action = (system.get("Actions") or {}).get("#ComputerSystem.Reset") or {}
+    values = action.get("ResetType@Redfish.AllowableValues")
+    return list(values) if isinstance(values, list) else []
+
+
+def reset_target(system: JSON) -> str | None:
+    action = (system.get("Actions") or {}).get("#ComputerSystem.Reset") or {}
+    target = action.get("target")
+    return str(target) if target else None
+
+
+def choose_reset_type(action: PowerAction, allowed: list[str]) -> str:
+    """The first preferred reset type the BMC allows (all preferred ones if it lists none)."""
+    prefs = RESET_TYPES[action]
+    if not allowed:
+        return prefs[0]
+    for candidate in prefs:
+        if candidate in allowed:
+            return candidate
+    raise BmcUnsupported(
+        f"power {action.value}: the BMC allows only {', '.join(allowed)}")
+
+
+def boot_setting(system: JSON) -> BootSetting:
+    boot = system.get("Boot") or {}
+    enabled = boot.get("BootSourceOverrideEnabled")
+    target = str(boot.get("BootSourceOverrideTarget") or "None")
+    device = BootDevice.NONE if enabled == "Disabled" else BOOT_TARGET_FROM_REDFISH.get(
+        target, BootDevice.NONE)
+    persistent = {"Once": False, "Continuous": True}.get(str(enabled))
+    mode = BOOT_MODE_FROM_REDFISH.get(str(boot.get("BootSourceOverrideMode")))
+    return BootSetting(device=device, persistent=persistent, mode=mode)
+
+
+def boot_patch_body(device: BootDevice, persistent: bool, mode: BootMode,
+                    quirks: Quirks) -> JSON:
+    boot: JSON = {
+        "BootSourceOverrideTarget": BOOT_TARGET_TO_REDFISH[device],
+        "BootSourceOverrideEnabled": "Continuous" if persistent else "Once",
+    }
+    if device is BootDevice.NONE:
+        boot["BootSourceOverrideEnabled"] = "Disabled"
+    if quirks.send_boot_mode:
+        boot["BootSourceOverrideMode"] = BOOT_MODE_TO_REDFISH[mode]
+    return {"Boot": boot}
+
+
+def boot_took(got: BootSetting, sent: JSON, quirks: Quirks, *, device: BootDevice,
+              persistent: bool, mode: BootMode) -> bool:
+    if got.device is not device:
+        return False
+    if "BootSourceOverrideMode" in sent["Boot"] and got.mode is not None and got.mode is not mode:
+        return False
+    if quirks.reports_override_enabled and device is not BootDevice.NONE:
+        return got.persistent is persistent
+    return True
+
+
+def odata_ids(collection: JSON | None) -> list[str]:
+    if not collection:
+        return []
+    return [m["@odata.id"] for m in collection.get("Members", []) if "@odata.id" in m]
+
+
+def gpus_from_processors(processors: Iterable[JSON]) -> tuple[Gpu, ...]:
+    counts: Counter[str] = Counter()
+    for p in processors:
+        if str(p.get("ProcessorType", "")).upper() != "GPU":
+            continue
+        state = (p.get("Status") or {}).get("State")
+        if state == "Absent":
+            continue
+        counts[str(p.get("Model") or p.get("Name") or "GPU")] += 1
+    return tuple(Gpu(model=m, count=c) for m, c in sorted(counts.items()))
+
+
+GPU_VENDOR_IDS = {"0x10de"}  # NVIDIA PCI vendor id
+
+
+def gpus_from_pcie(devices: Iterable[JSON]) -> tuple[Gpu, ...]:
+    """GPUs among PCIeDevices: DeviceType GPU, or NVIDIA 3D/VGA controllers."""
+    counts: Counter[str] = Counter()
+    for d in devices:
+        kind = str(d.get("DeviceType", ""))
+        name = str(d.get("Model") or d.get("Name") or "")
+        vendor_id = str((d.get("Oem") or {}).get("VendorId") or d.get("VendorId") or "").lower()
+        looks_gpu = kind.upper() == "GPU" or (
+            vendor_id in GPU_VENDOR_IDS and str(d.get("ClassCode", "")).startswith("0x03"))
+        if looks_gpu:
+            counts[name or "GPU"] += 1
+    return tuple(Gpu(model=m, count=c) for m, c in sorted(counts.items()))
+
+
+def nic_facts(interfaces: Iterable[JSON]) -> tuple[NicFact, ...]:
+    out = []
+    for nic in interfaces:
+        mac = nic.get("MACAddress") or nic.get("PermanentMACAddress")
+        speed = nic.get("SpeedMbps")
+        out.append(NicFact(name=str(nic.get("Id") or nic.get("Name") or "nic"),
+                           mac=str(mac).lower() if mac else None,
+                           speed_mbps=int(speed) if isinstance(speed, int | float) else None))
+    return tuple(out)
+
+
+def psu_facts(power: JSON | None, subsystem_psus: Iterable[JSON] = ()) -> tuple[PsuFact, ...]:
+    out = []
+    for psu in (power or {}).get("PowerSupplies", []) or []:
+        out.append(_psu(psu, psu.get("PowerCapacityWatts")))
+    for psu in subsystem_psus:
+        out.append(_psu(psu, psu.get("PowerCapacityWatts")))
+    return tuple(out)
+
+
+def _psu(psu: JSON, capacity: Any) -> PsuFact:
+    health = (psu.get("Status") or {}).get("Health")
+    return PsuFact(name=str(psu.get("Name") or psu.get("MemberId") or psu.get("Id") or "psu"),
+                   capacity_w=float(capacity) if isinstance(capacity, int | float) else None,
+                   healthy=None if health is None else health == "OK")
+
+
+def facts_from(system: JSON, processors: Iterable[JSON] = (), interfaces: Iterable[JSON] = (),
+               pcie_devices: Iterable[JSON] = (), psus: tuple[PsuFact, ...] = ()
+               ) -> HardwareFacts:
+    procs = list(processors)
+    summary = system.get("ProcessorSummary") or {}
+    memory = system.get("MemorySummary") or {}
+    gpus = gpus_from_processors(procs) or gpus_from_pcie(pcie_devices)
+    cpu_models = [p.get("Model") for p in procs
+                  if str(p.get("ProcessorType", "CPU")).upper() == "CPU" and p.get("Model")]
+    mem = memory.get("TotalSystemMemoryGiB")
+    count = summary.get("Count")
+    return HardwareFacts(
+        vendor=system.get("Manufacturer"), model=system.get("Model"),
+        serial=system.get("SerialNumber"),
+        cpu_count=int(count) if isinstance(count, int | float) else None,
+        cpu_model=summary.get("Model") or (cpu_models[0] if cpu_models else None),
+        memory_gib=float(mem) if isinstance(mem, int | float) else None,
+        gpus=gpus, nics=nic_facts(interfaces), psus=psus, power_state=power_state(system),
+    )
+
+
+def power_watts(environment: JSON | None = None, legacy_power: JSON | None = None,
+                psu_metrics: Iterable[JSON] = ()) -> float | None:
+    """Input power: EnvironmentMetrics.PowerWatts, else legacy PowerControl, else PSU sum.
+
+    DMTF deprecated Power/Thermal in 2020.4 for PowerSubsystem/EnvironmentMetrics; some BMCs
+    only have the new model (Supermicro X14), others only the old one, so read both.
+    """
+    reading = ((environment or {}).get("PowerWatts") or {}).get("Reading")
+    if isinstance(reading, int | float):
+        return float(reading)
+    for ctl in (legacy_power or {}).get("PowerControl", []) or []:
+        consumed = ctl.get("PowerConsumedWatts")
+        if isinstance(consumed, int | float):
+            return float(consumed)
+    total, seen = 0.0, False
+    for m in psu_metrics:
+        value = (m.get("InputPowerWatts") or {}).get("Reading")
+        if isinstance(value, int | float):
+            total += float(value)
+            seen = True
+    return total if seen else None
