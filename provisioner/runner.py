@@ -111,7 +111,10 @@ def _to_event(raw: Mapping[str, Any]) -> TaskEvent | None:
         return None
     res = data.get("res") or {}
     simulated = "in check mode" in str(res.get("msg", "")) or bool(data.get("check_mode"))
-    if status == "ok" and res.get("changed"):
+    # A no_log task's result is censored down to one key: its own stdout line still says
+    # whether it changed something.
+    censored = "censored" in res and str(raw.get("stdout", "")).lstrip().startswith("changed:")
+    if status == "ok" and (res.get("changed") or censored):
         status = "changed"
     if status == "failed" and data.get("ignore_errors"):
         status = "ok"
