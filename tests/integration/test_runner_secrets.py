@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from provisioner import runner
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -94,3 +95,79 @@ def test_child_env_keeps_only_what_is_needed():
                    "ANSIBLE_STDOUT_CALLBACK": "awx_display", "AWX_ISOLATED_DATA_DIR": "/a"}
 
 
+
+
+# A stand-in for kubeadm, put first on PATH for the role's join tasks only so that they
+# run for real and handle a known token and certificate key; it records its arguments
+# (outside the private data dir) and, like a careless kubeadm, prints the secrets on init.
+STAND_IN = """#!/bin/sh
+echo "$*" >> {log}
+case "$*" in
+  "init phase upload-certs"*)
+    echo '[upload-certs] Storing the certificates in Secret "kubeadm-certs"'
+    echo '[upload-certs] Using certificate key:'
+    echo {key} ;;
+  "token create --print-join-command")
+    echo "kubeadm join 192.0.2.10:6443 --token {token}" \\
+      "--discovery-token-ca-cert-hash sha256:{cahash}" ;;
+  init*)
+    echo "kubeadm join 192.0.2.10:6443 --token {token} --control-plane --certificate-key {key}" ;;
+  join*)
+    echo "This node has joined the cluster" ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def test_join_token_and_certificate_key_reach_no_artifact(tmp_path):
+    token = f"{os.urandom(3).hex()}.{os.urandom(8).hex()}"
+    key = os.urandom(32).hex()
+    cahash = os.urandom(32).hex()
+    bin_dir, log = tmp_path / "bin", tmp_path / "kubeadm.log"
+    bin_dir.mkdir()
+    kubeadm = bin_dir / "kubeadm"
+    kubeadm.write_text(STAND_IN.format(log=log, key=key, token=token, cahash=cahash))
+    kubeadm.chmod(0o755)
+    hosts = {"cp01": "kube_control_plane", "cp02": "kube_control_plane", "w01": "kube_node"}
+    inventory = "".join(f"[{g}]\n{h} kubernetes_config_dir={tmp_path / 'etc' / h}\n"
+                        for h, g in hosts.items())
+    inventory += (f"[all:vars]\nansible_connection=local\nansible_python_interpreter="
+                  f"{sys.executable}\nkubeadm_stand_in={bin_dir}\n")
+    pdd = _local_project(tmp_path, """---
+- name: The kubernetes role's init and join tasks, for real, with a stand-in kubeadm
+  hosts: all
+  gather_facts: false
+  environment:
+    PATH: "{{ kubeadm_stand_in }}:{{ lookup('ansible.builtin.env', 'PATH') }}"
+  tasks:
+    - name: Init and join
+      ansible.builtin.include_role:
+        name: kubernetes
+        tasks_from: join.yml
+""", inventory)
+    (pdd / "project" / "roles").symlink_to(ROOT / "roles")
+    result = runner.run_playbook(pdd, "play.yml")
+    assert result.ok, [f"{e.host} | {e.task}: {e.message}" for e in result.failures]
+
+    # the tasks really ran: init on the first control plane, one certificate upload and
+    # one token, a control-plane join with the key and a worker join without it
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("init --config") and "--skip-token-print" in calls[0]
+    assert calls.count("init phase upload-certs --upload-certs") == 1
+    assert calls.count("token create --print-join-command") == 1
+    joins = [c for c in calls if c.startswith("join ")]
+    assert len(joins) == 2 and all(f"--token {token}" in j for j in joins)
+    control = [j for j in joins if "--control-plane" in j]
+    assert len(control) == 1 and control[0].endswith(f"--control-plane --certificate-key {key}")
+    assert not [j for j in joins if "--certificate-key" in j and j not in control]
+    ran = {(e.host, e.task): e.status for e in result.events}
+    assert ran[("cp02", "Join further control planes and workers")] == "changed"
+    assert ran[("cp01", "Initialise the first control plane")] == "changed"
+
+    # and neither secret is anywhere ansible-runner wrote: stdout, job_events/*.json,
+    # command, fact cache, status; nor in the typed result
+    artifacts = pdd / "artifacts"
+    assert len(list(artifacts.rglob("job_events/*.json"))) > 10
+    assert _files_with(artifacts, token, key) == []
+    assert _files_with(pdd, token, key) == []
+    assert not [e for e in result.events if token in repr(e) or key in repr(e)]
