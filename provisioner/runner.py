@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import ansible_runner
+from ansible_runner.interface import init_runner
 
 from provisioner.errors import PlaybookError
 
@@ -111,7 +111,10 @@ def _to_event(raw: Mapping[str, Any]) -> TaskEvent | None:
         return None
     res = data.get("res") or {}
     simulated = "in check mode" in str(res.get("msg", "")) or bool(data.get("check_mode"))
-    if status == "ok" and res.get("changed"):
+    # A no_log task's result is censored down to one key: its own stdout line still says
+    # whether it changed something.
+    censored = "censored" in res and str(raw.get("stdout", "")).lstrip().startswith("changed:")
+    if status == "ok" and (res.get("changed") or censored):
         status = "changed"
     if status == "failed" and data.get("ignore_errors"):
         status = "ok"
@@ -122,6 +125,30 @@ def _to_event(raw: Mapping[str, Any]) -> TaskEvent | None:
                      message=_message(res) if status in ("failed", "unreachable")
                      or data.get("task_action") in DEBUG_ACTIONS else "",
                      check_mode=simulated)
+
+
+# What the playbooks need from this process's environment, and nothing else: no BMC or
+# switch password (PROVISION_*), no cloud or CI token. ansible-runner seeds the child's
+# environment with all of os.environ and writes it to artifacts/<id>/command; `child_env`
+# cuts it back to these names, ours, and the variables ansible-runner sets itself.
+INHERITED_ENV = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+                 "SSH_AUTH_SOCK")
+# The prefixes of what ansible-runner adds (callback plugin, fact cache, artifact dir).
+RUNNER_ENV_PREFIXES = ("ANSIBLE_", "AWX_", "ORIGINAL_STDOUT_CALLBACK", "AD_HOC_COMMAND_ID")
+
+
+def child_env(parent: Mapping[str, str], prepared: Mapping[str, str],
+              ours: Mapping[str, str]) -> dict[str, str]:
+    """The environment of ansible-playbook: the names in INHERITED_ENV from `parent`, then
+    `ours` (set by run_playbook or passed by its caller), then what ansible-runner set in
+    `prepared` (its environment after RunnerConfig.prepare: the parent's plus its own) for
+    itself: an ANSIBLE_*/AWX_* variable the parent does not have with that value."""
+    env = {k: parent[k] for k in INHERITED_ENV if k in parent}
+    env.update(ours)
+    for key, value in prepared.items():
+        if key.startswith(RUNNER_ENV_PREFIXES) and key not in ours and parent.get(key) != value:
+            env[key] = value
+    return env
 
 
 def run_playbook(private_data_dir: Path, playbook: str, *, limit: str | None = None,
@@ -155,10 +182,16 @@ def run_playbook(private_data_dir: Path, playbook: str, *, limit: str | None = N
     path = os.pathsep.join([str(Path(sys.executable).parent), *os.get_exec_path()])
     env = {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "PATH": path,
            "ANSIBLE_LOCALHOST_WARNING": "0", **(envvars or {})}
-    runner = ansible_runner.run(
+    # suppress_env_files: ansible-runner would otherwise write envvars, extravars and
+    # cmdline under env/ (kept, and read again by the next run); init_runner, then run(),
+    # is what ansible_runner.run does, with the environment cut back in between.
+    runner = init_runner(
         private_data_dir=str(private_data_dir), playbook=playbook, limit=limit, tags=tags,
         skip_tags=skip_tags, extravars=dict(extravars or {}), forks=forks, cmdline=cmdline,
-        quiet=True, event_handler=handler, envvars=env, cancel_callback=cancel)
+        quiet=True, event_handler=handler, envvars=env, cancel_callback=cancel,
+        suppress_env_files=True)
+    runner.config.env = child_env(os.environ, runner.config.env, env)
+    runner.run()
     stats = runner.stats or {}
     hosts: dict[str, HostStats] = {}
     names = set()
