@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -11,10 +11,13 @@ import typer
 
 from provisioner import bmc as bmc_mod
 from provisioner import results as results_mod
-from provisioner.bmc import BootDevice, BootMode, PowerAction
+from provisioner.bmc import BootDevice, BootMode, NodeResult, PowerAction
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.errors import ExitCode
 from provisioner.inventory import load
+from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.topology import host_plans
+from provisioner.workflows.steps.bmc import blocked_racks
 
 app = typer.Typer(help="Talk to the nodes' BMCs (Redfish or IPMI): power, boot, inventory.",
                   no_args_is_help=True)
@@ -29,21 +32,42 @@ RequestTimeoutOpt = Annotated[float, typer.Option(
     "--request-timeout", min=0.5, help="Seconds for one BMC request.")]
 
 
+def refused_by_budget(loaded: LoadedSite, nodes: Sequence[str]) -> dict[str, str]:
+    """Nodes in a rack whose feeds or cooling cannot carry it -> why, by `up`'s own rule
+    (steps.bmc.blocked_racks): such a node is never sent a power-on."""
+    blocked = blocked_racks(loaded)
+    rack_of = {h.hostname: h.placement.rack for h in host_plans(loaded)}
+    return {n: f"not powered on: rack {rack_of[n]} is over budget "
+               f"({blocked[rack_of[n]]})"
+            for n in nodes if rack_of.get(n) in blocked}
+
+
 def _run(operation: str, site: Any, limit: str | None, json_out: bool, concurrency: int,
-         timeout_s: float, request_timeout_s: float, op: Callable[[Any], Any]) -> None:
+         timeout_s: float, request_timeout_s: float, op: Callable[[Any], Any],
+         budget_gate: bool = False) -> None:
+    """`op` on every selected node's BMC. With `budget_gate` (power on, cycle), nodes in an
+    over-budget rack are refused before any request. Exit 5 if a BMC operation failed, else
+    4 if a node was refused for its rack's budget, else 0."""
     loaded = load(resolve_site(site))
     targets = bmc_mod.targets(loaded, os.environ, limit, request_timeout_s=request_timeout_s)
+    refused = refused_by_budget(loaded, [t.node for t in targets]) if budget_gate else {}
+    allowed = [t for t in targets if t.node not in refused]
     out = console(json_out)
-    with out.node_progress(operation, [t.node for t in targets]) as progress:
-        results = bmc_mod.run_many(targets, op, bmc_mod.make_driver, concurrency=concurrency,
-                                   node_timeout_s=timeout_s, progress=progress)
-    failed = [r for r in results if not r.ok]
+    with out.node_progress(operation, [t.node for t in allowed]) as progress:
+        ran = bmc_mod.run_many(allowed, op, bmc_mod.make_driver, concurrency=concurrency,
+                               node_timeout_s=timeout_s, progress=progress)
+    by_node = {r.node: r for r in ran}
+    results = [by_node.get(t.node) or NodeResult(t.node, ok=False, error=refused[t.node],
+                                                 error_kind="BudgetError")
+               for t in targets]
+    failed = [r for r in ran if not r.ok]
     if json_out:
         out.emit_json(results_mod.dump(results_mod.bmc_report(operation,
                                                               loaded.site.site.name, results)))
     else:
         out.bmc_results(operation, results)
-    raise typer.Exit(int(ExitCode.BMC if failed else ExitCode.OK))
+    code = ExitCode.BMC if failed else ExitCode.BUDGET if refused else ExitCode.OK
+    raise typer.Exit(int(code))
 
 
 def _power(action: PowerAction, timeout_s: float) -> Callable[[Any], Any]:
@@ -72,9 +96,10 @@ def status(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = Fal
 def on(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False,
        concurrency: ConcurrencyOpt = bmc_mod.DEFAULT_CONCURRENCY,
        timeout: TimeoutOpt = 180.0, request_timeout: RequestTimeoutOpt = 10.0) -> None:
-    """Power on and wait until every BMC reports on. Check `provision power` first."""
+    """Power on and wait until every BMC reports on. Nodes in a rack over its power or
+    cooling budget (`provision power`) are refused, as by `up` (exit 4)."""
     _run("on", site, limit, json_out, concurrency, timeout, request_timeout,
-         _power(PowerAction.ON, timeout))
+         _power(PowerAction.ON, timeout), budget_gate=True)
 
 
 @app.command()
@@ -93,9 +118,10 @@ def off(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False,
 def cycle(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False,
           concurrency: ConcurrencyOpt = bmc_mod.DEFAULT_CONCURRENCY,
           timeout: TimeoutOpt = 180.0, request_timeout: RequestTimeoutOpt = 10.0) -> None:
-    """Power cycle (a node that is off is powered on) and wait until it reports on."""
+    """Power cycle (a node that is off is powered on) and wait until it reports on. Nodes in
+    a rack over its power or cooling budget are refused, as by `up` (exit 4)."""
     _run("cycle", site, limit, json_out, concurrency, timeout, request_timeout,
-         _power(PowerAction.CYCLE, timeout))
+         _power(PowerAction.CYCLE, timeout), budget_gate=True)
 
 
 @app.command()

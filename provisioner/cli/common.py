@@ -96,16 +96,32 @@ def _traceback() -> None:
     console().err.print_exception(show_locals=False)
 
 
+class StopRequest(threading.Event):
+    """Set by the first Ctrl-C (or SIGTERM): start nothing new, let what is in flight finish.
+    `abort` is set by the second Ctrl-C: cancel what is in flight now (a playbook)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.abort = threading.Event()
+
+
 @contextmanager
-def graceful_stop(notice: str) -> Iterator[threading.Event]:
-    """First Ctrl-C (or SIGTERM) sets the event (the command finishes what is in flight and
-    stops) and prints `notice`; a second Ctrl-C aborts at once (KeyboardInterrupt)."""
-    stop = threading.Event()
+def graceful_stop(notice: str, abort_notice: str = "") -> Iterator[StopRequest]:
+    """Two levels of stop. The first Ctrl-C (or SIGTERM) sets the event (the command
+    finishes what is in flight and stops) and prints `notice`. The second Ctrl-C sets
+    `abort` and prints `abort_notice` when one is given (the command watches `abort` and
+    cancels its work in flight); without one, or at a third Ctrl-C, it raises
+    KeyboardInterrupt at once."""
+    stop = StopRequest()
     err = console().err
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if stop.is_set() and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+            if not abort_notice or stop.abort.is_set():
+                raise KeyboardInterrupt
+            stop.abort.set()
+            err.print(abort_notice)
+            return
         stop.set()
         if notice:
             err.print(notice)

@@ -24,15 +24,30 @@ OutOpt = Annotated[Path | None, typer.Option(
 ServerOpt = Annotated[str | None, typer.Option(
     "--server", help="This machine's address on the boot network (default: the network's "
     "gateway).")]
-InterfaceOpt = Annotated[str, typer.Option(help="Interface dnsmasq serves on.")]
+InterfaceOpt = Annotated[str | None, typer.Option(
+    "--interface", help="Interface dnsmasq serves DHCP on (required: no default, the DHCP "
+    "server is authoritative).", show_default=False)]
 SshKeyOpt = Annotated[Path | None, typer.Option(
     "--ssh-key", help="Public key installed nodes accept (the tool's).")]
 HttpPortOpt = Annotated[int, typer.Option("--http-port", min=1, max=65535,
                                           help="Port of the HTTP server for iPXE scripts.")]
 
 
-def _render(site: Path | None, out: Path | None, server: str | None, interface: str,
+def require_interface(interface: str | None) -> str:
+    """The boot network's interface, which the user must name: the rendered dnsmasq is an
+    authoritative DHCP server, and a guessed default (eth0) may be the site's uplink."""
+    if not interface:
+        raise ConfigError(
+            "--interface is required: the rendered dnsmasq is an authoritative DHCP server "
+            "and must answer only on the boot network's interface (there is no default such "
+            "as eth0, which may be this machine's uplink)",
+            hint="pass the interface on the boot network, for example --interface enp1s0")
+    return interface
+
+
+def _render(site: Path | None, out: Path | None, server: str | None, interface: str | None,
             ssh_key: Path | None, http_port: int) -> tuple[Path, IPv4Address]:
+    interface = require_interface(interface)
     loaded = load(resolve_site(site))
     net = pxe_mod.provisioning_network(loaded)
     address = server or (str(net.gateway) if net.gateway else None)
@@ -55,7 +70,7 @@ def _render(site: Path | None, out: Path | None, server: str | None, interface: 
 @app.command("render")
 @handle_errors
 def render(site: SiteArg = None, out: OutOpt = None, server: ServerOpt = None,
-           interface: InterfaceOpt = "eth0", ssh_key: SshKeyOpt = None,
+           interface: InterfaceOpt = None, ssh_key: SshKeyOpt = None,
            http_port: HttpPortOpt = 8080) -> None:
     """Render dnsmasq.conf (DHCP by MAC, TFTP, iPXE), iPXE scripts and autoinstall data."""
     _render(site, out, server, interface, ssh_key, http_port)
@@ -64,7 +79,7 @@ def render(site: SiteArg = None, out: OutOpt = None, server: ServerOpt = None,
 @app.command("serve")
 @handle_errors
 def serve(site: SiteArg = None, out: OutOpt = None, server: ServerOpt = None,
-          interface: InterfaceOpt = "eth0", ssh_key: SshKeyOpt = None,
+          interface: InterfaceOpt = None, ssh_key: SshKeyOpt = None,
           http_port: HttpPortOpt = 8080,
           dhcp: Annotated[bool, typer.Option(help="Run dnsmasq (DHCP + TFTP); --no-dhcp "
                                              "serves HTTP only, beside an existing DHCP.")]

@@ -77,12 +77,14 @@ def up(site: SiteArg = None,
     prof = profile.for_site(loaded)
     out = console(json_out or json_events)
     hosts = [s.hostname for s in up_mod.servers(loaded)]
-    notice = ("stopping: steps in flight finish and are recorded (Ctrl-C again to abort "
-              "now); `provision up` resumes")
-    with graceful_stop(notice) as stop, out.up_progress(
+    notice = ("stopping: steps in flight finish and are recorded, a playbook in flight runs "
+              "to its end (Ctrl-C again to abort now); `provision up` resumes")
+    abort_notice = ("aborting: the playbook in flight is canceled and its nodes are recorded "
+                    "interrupted; `provision up` resumes")
+    with graceful_stop(notice, abort_notice) as stop, out.up_progress(
             hosts, live=False if no_progress else None, json_events=json_events) as progress:
         result = up_mod.up(loaded, os.environ, opts, progress=progress, stop=stop,
-                           profile=prof)
+                           abort=stop.abort, profile=prof)
     if json_out or json_events:
         out.emit_json(results.dump(results.up_report(result)))
     else:

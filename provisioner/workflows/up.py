@@ -186,7 +186,7 @@ def state_path(loaded: LoadedSite) -> Path:
 
 def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
        opts: UpOptions | None = None, *, progress: ProgressFn | None = None,
-       stop: threading.Event | None = None,
+       stop: threading.Event | None = None, abort: threading.Event | None = None,
        make_driver: Callable[[BmcTarget], BmcDriver] | None = None,
        profile: Profile | None = None) -> UpResult:
     """Bring every selected server to ready, resuming from the state store."""
@@ -208,7 +208,7 @@ def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
         run_id = store.start_run(command)
         ctx = Context(loaded, os.environ if env is None else env,
                       engine.Journal(store, run_id, progress), stop or threading.Event(),
-                      plans, profile, notes=notes)
+                      plans, profile, notes=notes, abort=abort or threading.Event())
         status = "failed"
         try:
             _run(ctx, hosts, opts, make_driver or bmc_mod.make_driver)

@@ -105,6 +105,71 @@ def test_kill_9_at_random_points_then_resume(small_lab):
     assert len(reached) >= 3, (seed, kills)
 
 
+def _up_until(site: Path, step: str, signals: int) -> tuple[int, list[dict], dict, str]:
+    """`provision up --json-events`, sent `signals` Ctrl-Cs (0.3 s apart) as soon as `step`
+    starts; (exit code, the events after the first Ctrl-C, the result, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "provisioner", "up", str(site),
+                             *TRIVIAL, "--json-events"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                            text=True, start_new_session=True)
+    assert proc.stdout is not None
+    after: list[dict] = []
+    sent = 0
+    rest: list[str] = []
+    for line in proc.stdout:
+        if not line.startswith('{"schema": "provisioner.up-event'):
+            rest.append(line)  # the result, one JSON document over many lines
+        else:
+            doc = json.loads(line)
+            if sent:
+                after.append(doc)
+            elif doc.get("step") == step and doc.get("status") == "start":
+                for i in range(signals):  # the playbook is starting: it is in flight
+                    time.sleep(0.3 if i else 0)
+                    proc.send_signal(signal.SIGINT)
+                sent = signals
+    err = proc.stderr.read() if proc.stderr else ""
+    proc.wait(timeout=300)
+    assert sent, err[-2000:]
+    return proc.returncode, after, json.loads("".join(rest)), err
+
+
+def test_ctrl_c_once_lets_the_playbook_finish_twice_cancels_it_both_resume(small_lab):
+    """The first Ctrl-C while configure's playbook runs: the playbook runs to its end and
+    every node is recorded configured (not interrupted), verify is not started, exit 130.
+    The next run, Ctrl-C twice while verify's playbook runs: it is canceled, its nodes are
+    recorded interrupted and stay configured, exit 130. A third run finishes the rest."""
+    site = small_lab
+    db = fresh(site)
+    code, after, doc, err = _up_until(site, "configure", 1)
+    assert code == 130, err[-2000:]
+    assert "stopping: steps in flight finish" in err and "aborting" not in err
+    assert doc["interrupted"] is True
+    # the playbook's outcome arrived after the Ctrl-C: it was in flight, and it finished
+    assert {e["node"] for e in after if e["step"] == "configure" and e["status"] == "ok"
+            } == NODES
+    assert not [e for e in after if e["step"] == "configure" and e["status"] == "interrupted"]
+    store = StateStore(db)
+    assert {n.hostname: n.phase.value for n in store.nodes()} == dict.fromkeys(
+        NODES, "configured")
+    assert store.runs()[0]["status"] == "interrupted"
+    assert {e.detail["step"] for e in store.events() if e.kind == "interrupted"} == {"verify"}
+
+    code, after, doc, err = _up_until(site, "verify", 2)
+    assert code == 130, err[-2000:]
+    assert "aborting: the playbook in flight is canceled" in err
+    assert {e["node"] for e in after if e["step"] == "verify" and e["status"] == "interrupted"
+            } == NODES
+    assert {n.hostname: n.phase.value for n in store.nodes()} == dict.fromkeys(
+        NODES, "configured")
+    canceled = [e for e in store.events() if e.kind == "interrupted"
+                and e.run_id == doc["run_id"]]
+    assert {e.hostname for e in canceled} == NODES
+    assert {e.detail["detail"] for e in canceled} == {"playbook canceled"}
+    assert store.runs()[0]["status"] == "interrupted"
+    resume_and_check(site, db, "after Ctrl-C once, then twice")
+
+
 def test_ctrl_c_stops_cleanly_and_the_next_run_resumes(small_lab):
     site = small_lab
     db = fresh(site)

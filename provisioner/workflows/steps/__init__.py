@@ -30,3 +30,5 @@ class Context:
     ansible_s: float = 0.0
     artifact_dirs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Set by a second Ctrl-C: cancel the playbook in flight (`stop` lets it finish).
+    abort: threading.Event = field(default_factory=threading.Event)

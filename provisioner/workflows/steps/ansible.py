@@ -46,7 +46,9 @@ def playbook_detail(result: runner_mod.RunResult, host: str) -> dict[str, Any]:
 @dataclass
 class Playbook:
     """A batch runner for the engine's batch stage: `playbook` over the batch, moving each
-    host that passed from `source` to `target` through `step`."""
+    host that passed from `source` to `target` through `step`. A stop request lets the
+    playbook run to its end (never interrupt dpkg on a node) and its outcomes are recorded;
+    only `ctx.abort` cancels it, and then its hosts are recorded interrupted."""
 
     ctx: Context
     playbook: str
@@ -68,7 +70,7 @@ class Playbook:
         t0 = time.monotonic()
         result = runner_mod.run_playbook(proj, self.playbook, limit=",".join(batch),
                                          forks=self.forks, on_event=on_task,
-                                         cancel=ctx.stop.is_set)
+                                         cancel=ctx.abort.is_set)
         ctx.ansible_s += time.monotonic() - t0
         ctx.artifact_dirs.append(result.artifact_dir)
         self.apply(result, batch)
@@ -81,8 +83,8 @@ class Playbook:
                 first = failures[0]
                 journal.fail(h, step, f"{first.status} at '{first.task}': {first.message}"
                              f" (log: {result.artifact_dir})")
-            elif result.status == "canceled" or self.ctx.stop.is_set():
-                journal.stopped(h, step, "playbook stopped")
+            elif result.status == "canceled":  # aborted (a second Ctrl-C), not just stopped
+                journal.stopped(h, step, "playbook canceled")
             elif not result.ok and not result.failures:
                 journal.fail(h, step, f"{result.playbook} ended {result.status} (rc "
                              f"{result.rc}) without a task failure; see {result.artifact_dir}")
