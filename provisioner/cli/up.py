@@ -47,6 +47,10 @@ def up(site: SiteArg = None,
        from_phase: Annotated[PhaseChoice | None, typer.Option(
            "--from-phase", help="Take nodes past this phase back to it and run on from there "
            "(for example os_ready re-runs the playbooks).")] = None,
+       reinstall: Annotated[str | None, typer.Option(
+           "--reinstall", help="Nodes the boot step may reinstall although they answer as "
+           "installed (comma-separated globs); without it an installed node is refused.")]
+       = None,
        forks: Annotated[int, typer.Option(min=1, max=1000,
                                           help="Hosts per playbook wave.")] = 20,
        concurrency: Annotated[int | None, typer.Option(
@@ -73,7 +77,8 @@ def up(site: SiteArg = None,
     opts = up_mod.UpOptions(
         limit=limit, from_phase=Phase(from_phase.value) if from_phase else None, forks=forks,
         concurrency=concurrency, os_timeout_s=os_timeout, playbook=playbook,
-        verify_playbook=verify_playbook, request_timeout_s=request_timeout)
+        verify_playbook=verify_playbook, request_timeout_s=request_timeout,
+        reinstall=reinstall)
     prof = profile.for_site(loaded)
     out = console(json_out or json_events)
     hosts = [s.hostname for s in up_mod.servers(loaded)]

@@ -31,6 +31,7 @@ ROOTFS_MIRROR = "http://deb.debian.org/debian"
 ROOTFS_PACKAGES = ("openssh-server", "python3", "python3-apt", "sudo", "iproute2", "chrony",
                    "ca-certificates", "kmod")
 ROOTFS_VERSION = "1"  # bump when the package list changes: the cache is rebuilt
+INSTALL_MARKER = "/etc/provisioner-installed"  # = workflows.steps.guard.MARKER
 
 
 @dataclass
@@ -151,8 +152,10 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
     shutil.copy(str(key) + ".pub", d / "upper/root/.ssh/authorized_keys")
     (d / "upper/root/.ssh").chmod(0o700)
     (d / "upper/etc/hostname").write_text(name + "\n")
-    # What an installer writes and debootstrap does not.
+    # What an installer writes and debootstrap does not; the install marker too, which the
+    # autoinstall late-commands write (render/pxe.py) and `up` reads (workflows/steps/guard).
     (d / "upper/etc/hosts").write_text("127.0.0.1 localhost\n::1 localhost ip6-localhost\n")
+    (d / "upper" / INSTALL_MARKER.lstrip("/")).write_text(name + "\n")
     (d / "upper/etc/ssh/sshd_config.lab").write_text(
         f"ListenAddress {address}\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\n"

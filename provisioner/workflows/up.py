@@ -5,8 +5,9 @@ import away):
 
     gate       steps.bmc.budget_gate     nodes of an over-budget rack are never powered on
     node stage steps.bmc.Inspect         enrolled  -> inspected  (facts vs building block)
-               steps.bmc.Boot            inspected -> booting    (one-time PXE/media, on)
-               steps.os.WaitOs           booting   -> os_ready   (SSH on the mgmt address)
+               steps.bmc.Boot            inspected -> booting    (one-time PXE/media, on;
+                                         refused for an installed node: steps.guard)
+               steps.os.WaitOs           booting   -> os_ready   (SSH login + install marker)
     batches    steps.ansible.Playbook    os_ready  -> configured (site.yml, waves of forks)
     batches    steps.verify.gate         configured -> verified  (verify.yml)
     node stage steps.verify.Ready        verified  -> ready
@@ -27,11 +28,11 @@ from pathlib import Path
 
 from provisioner import bmc as bmc_mod
 from provisioner.bmc import BmcDriver, BmcTarget
-from provisioner.errors import InventoryError
+from provisioner.errors import ConfigError, InventoryError
 from provisioner.inventory import checks
 from provisioner.inventory.findings import Category, Severity
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.topology import servers
+from provisioner.inventory.topology import select, servers
 from provisioner.lifecycle import (
     BEFORE_POWER_ON,
     LIFECYCLE,
@@ -76,6 +77,7 @@ class UpOptions:
     node_deadline_s: float | None = None  # default: room for inspect, boot and wait_os
     playbook: str = "site.yml"
     verify_playbook: str = "verify.yml"
+    reinstall: str | None = None  # nodes (globs, like limit) Boot may reinstall when installed
 
 
 @dataclass
@@ -144,7 +146,7 @@ def _retry_failed(ctx: Context, hosts: Sequence[str]) -> None:
 
 
 def _run(ctx: Context, hosts: list[str], opts: UpOptions,
-         make_driver: Callable[[BmcTarget], BmcDriver]) -> None:
+         make_driver: Callable[[BmcTarget], BmcDriver], reinstall: frozenset[str]) -> None:
     """Resume every selected node through up's stages, in order."""
     journal, prov = ctx.journal, ctx.loaded.site.provisioning
     journal.store.enroll(hosts, run_id=journal.run_id)
@@ -162,7 +164,8 @@ def _run(ctx: Context, hosts: list[str], opts: UpOptions,
                                           + 6 * opts.request_timeout_s + 60)
     first = [h for h in todo if ctx.plans[h].control_plane]
     budget_gate(ctx, todo)
-    engine.NodeStage([Inspect(ctx), Boot(ctx, opts.power_timeout_s), WaitOs(ctx, os_timeout_s)],
+    engine.NodeStage([Inspect(ctx), Boot(ctx, opts.power_timeout_s, reinstall),
+                      WaitOs(ctx, os_timeout_s)],
                      concurrency=concurrency, deadline_s=deadline_s,
                      session=driver_session(ctx, todo, opts.request_timeout_s, make_driver)
                      ).run(journal, todo, ctx.stop)
@@ -195,9 +198,14 @@ def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
     preflight(loaded)
     plans = {s.hostname: s for s in servers(loaded)}
     hosts = bmc_mod.select_hosts(list(plans), opts.limit)
+    reinstall = frozenset(select(hosts, opts.reinstall)) if opts.reinstall else frozenset()
+    if opts.reinstall and not reinstall:
+        raise ConfigError(f"--reinstall {opts.reinstall!r} matches none of the selected nodes",
+                          hint="patterns are globs on host names, for example 'dgx01,cp*'")
     store = StateStore(profile.state_path)
     command = "up" + (f" --limit {opts.limit}" if opts.limit else "") + (
-        f" --from-phase {opts.from_phase.value}" if opts.from_phase else "")
+        f" --from-phase {opts.from_phase.value}" if opts.from_phase else "") + (
+        f" --reinstall {opts.reinstall}" if opts.reinstall else "")
     t0 = time.monotonic()
     with store.exclusive():
         notes: list[str] = []
@@ -211,7 +219,7 @@ def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
                       plans, profile, notes=notes, abort=abort or threading.Event())
         status = "failed"
         try:
-            _run(ctx, hosts, opts, make_driver or bmc_mod.make_driver)
+            _run(ctx, hosts, opts, make_driver or bmc_mod.make_driver, reinstall)
             status = ("interrupted" if ctx.stop.is_set()
                       else "failed" if any(o.phase is Phase.FAILED
                                            for o in ctx.journal.outcomes.values()) else "ok")

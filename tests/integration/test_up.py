@@ -29,6 +29,9 @@ pytestmark = [pytest.mark.integration, requires_ipmi_sim,
 SERVERS = {"dgx01", "dgx02", "stor01", "cp01", "cp02", "cp03"}
 # The trivial playbook for both steps where a test is about the workflow, not the roles.
 TRIVIAL = ("--playbook", "ping.yml", "--verify-playbook", "ping.yml")
+# After reset_state the lab's nodes are on and answer as installed: a run that is to boot
+# them again names them (without it, `up` refuses them: the end-to-end test shows it).
+REINSTALL = ("--reinstall", "*")
 LIFECYCLE = ["inspected", "booting", "os_ready", "configured", "verified", "ready"]
 
 
@@ -121,6 +124,28 @@ def test_end_to_end_every_node_ready_then_nothing_to_do(site_lab):
     assert transitions(store, doc["run_id"]) == [
         ("cp01", "os_ready"), ("cp01", "configured"), ("cp01", "verified"), ("cp01", "ready")]
 
+    # the state store is lost: every node is on and answers as installed (the lab hosts carry
+    # the marker), so `up` refuses each one before any boot override or power change
+    lab_state = lab_mod.status(load(site))
+    assert lab_state is not None
+    history = {h: Path(lab_state.endpoints[h]["chassis_dir"]) / "history"
+               for h in ("cp03", "stor01")}  # every set the IPMI BMCs were told, in order
+    told = {h: f.read_text() for h, f in history.items()}
+    reset_state(site)
+    code, doc, err = up_json(site, *TRIVIAL)
+    assert code == 9, err[-2000:]
+    assert {n["hostname"] for n in doc["nodes"]} == SERVERS
+    for n in doc["nodes"]:
+        assert n["failed_phase"] == "inspected", n
+        assert re.fullmatch(r"installed \(marker /etc/provisioner-installed: \S+\) and "
+                            r"answering on [\d.]+:22; refusing to reinstall: name it with "
+                            rf"--reinstall {n['hostname']}", n["reason"]), n["reason"]
+    assert {p for _, p in transitions(store_of(site))} == {"enrolled", "inspected", "failed"}
+    assert {h: f.read_text() for h, f in history.items()} == told  # no boot, no power
+    plan2 = report.PlanReport.model_validate(
+        json.loads(provision("plan", str(site), "--json", "--refresh", check=True).stdout))
+    assert all(n.bmc is not None and n.bmc.power == "on" for n in plan2.nodes)
+
 
 def _with_overlay(site: Path, edit) -> str:
     overlay = site / ".provision" / "lab" / "overlay.yaml"
@@ -158,7 +183,7 @@ def test_faults_fail_one_node_each_and_the_rest_reach_ready(site_lab, tmp_path):
                    timeout=60)
     password = (site / ".provision" / "lab" / "bmc-password").read_text().strip()
     try:
-        code, doc, err = up_json(site, "--os-timeout", "4", *TRIVIAL)
+        code, doc, err = up_json(site, "--os-timeout", "4", *REINSTALL, *TRIVIAL)
     finally:
         overlay.write_text(original)
         subprocess.run(["ip", "link", "set", stor.veth, "up"], check=True)
@@ -190,7 +215,7 @@ def test_faults_fail_one_node_each_and_the_rest_reach_ready(site_lab, tmp_path):
 
     store = store_of(site)
     done_before = set(transitions(store))
-    code, doc, err = up_json(site, *TRIVIAL)
+    code, doc, err = up_json(site, *REINSTALL, *TRIVIAL)
     assert code == 0, err[-3000:]
     assert {n["hostname"]: n["phase"] for n in doc["nodes"]} == dict.fromkeys(SERVERS, "ready")
     resumed = transitions(store, doc["run_id"])
@@ -213,7 +238,7 @@ def test_bmc_emulator_stopped_mid_run(site_lab):
     reset_state(site)
     sim = next(p for p in lab_state.processes if p.role == "ipmi:cp03")
     proc = subprocess.Popen([sys.executable, "-m", "provisioner", "up", str(site),
-                             "--json-events", *TRIVIAL,
+                             "--json-events", *REINSTALL, *TRIVIAL,
                              "--request-timeout", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     stopped = False
@@ -241,7 +266,7 @@ def test_bmc_emulator_stopped_mid_run(site_lab):
     assert all(nodes[h]["phase"] == "ready" for h in SERVERS - {"cp03"})
 
     time.sleep(0.5)
-    code, doc, err = up_json(site, *TRIVIAL)
+    code, doc, err = up_json(site, *REINSTALL, *TRIVIAL)
     assert code == 0, err[-2000:]
     store = store_of(site)
     resumed = transitions(store, doc["run_id"])

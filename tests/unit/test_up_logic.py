@@ -23,13 +23,14 @@ from provisioner.bmc.base import (
     PowerAction,
     PowerState,
 )
-from provisioner.errors import InventoryError
+from provisioner.errors import ConfigError, InventoryError, PlaybookError
 from provisioner.inventory import load
+from provisioner.inventory.topology import ansible_host
 from provisioner.render import HostPlan
 from provisioner.state import Phase, StateStore
 from provisioner.workflows import report
 from provisioner.workflows import up as up_mod
-from provisioner.workflows.steps import os as os_step
+from provisioner.workflows.steps import guard
 from tests.conftest import EXAMPLE, FIXTURES, ROOT
 
 
@@ -71,10 +72,11 @@ class FakeDriver:
 
     calls: dict[str, list[str]] = {}
     gpus: dict[str, int] = {}
+    on: set[str] = set()  # nodes whose BMC reports them on at the start
 
     def __init__(self, target: BmcTarget) -> None:
         self.target = target
-        self.power = PowerState.OFF
+        self.power = PowerState.ON if target.node in FakeDriver.on else PowerState.OFF
         self.log = FakeDriver.calls.setdefault(target.node, [])
 
     def validate(self) -> None: ...
@@ -114,7 +116,9 @@ class FakeDriver:
 @pytest.fixture(autouse=True)
 def no_ssh_answers(monkeypatch):
     """Pure logic: no node's OS ever answers (and no lab running here can answer for it)."""
-    monkeypatch.setattr(os_step, "ssh_banner", lambda *_a, **_k: False)
+    FakeDriver.on = set()
+    monkeypatch.setattr(guard, "check_installed", lambda address, *_a, **_k: guard.Answer(
+        guard.State.SILENT, f"no SSH answer from {address}:22 (test)"))
 
 
 @pytest.fixture
@@ -310,3 +314,105 @@ def test_up_progress_live_table_shows_each_node_state():
     text = buf.getvalue()
     assert "provision up" in text and "Write the RoCE QoS settings" in text
     assert "failed at 'Install the driver'" in text
+
+
+def answer_as_installed(monkeypatch, installed: set[str]) -> list[str]:
+    """The installed check answers INSTALLED for these nodes' addresses, SILENT for the rest;
+    returns the addresses asked, in order."""
+    by_address = {ansible_host(s.node): s.hostname for s in up_mod.servers(load(EXAMPLE))}
+    asked: list[str] = []
+
+    def check(address: str, login: guard.Login, timeout_s: float = 5.0) -> guard.Answer:
+        asked.append(address)
+        if by_address.get(address) in installed:
+            return guard.Answer(guard.State.INSTALLED,
+                                f"installed (marker {guard.MARKER}: x) and answering on "
+                                f"{address}:{login.port}")
+        return guard.Answer(guard.State.SILENT, f"no SSH answer from {address}:22")
+
+    monkeypatch.setattr(guard, "check_installed", check)
+    return asked
+
+
+def test_an_installed_node_is_never_powered_off_or_rebooted(example_copy, monkeypatch):
+    """The state store is lost but dgx01 is on and answers as installed: up refuses it (no
+    boot override, no power change) with the reason; the others boot. A node that is off is
+    not running and cannot answer: it is not asked."""
+    FakeDriver.gpus = {"dgx01": 8, "dgx02": 8}
+    FakeDriver.on = {"dgx01"}
+    asked = answer_as_installed(monkeypatch, {"dgx01"})
+    result, _ = run_up(example_copy)
+    by = {n.hostname: n for n in result.nodes}
+    assert FakeDriver.calls["dgx01"] == ["facts"]  # inspected only: no boot, no power
+    assert by["dgx01"].failed_phase is Phase.INSPECTED
+    assert by["dgx01"].reason is not None
+    assert "installed (marker /etc/provisioner-installed" in by["dgx01"].reason
+    assert by["dgx01"].reason.endswith("refusing to reinstall: name it with --reinstall dgx01")
+    assert FakeDriver.calls["dgx02"] == ["facts", "boot pxe once", "power on"]
+    assert asked.count(ansible_host(server("dgx01").node)) == 1  # once, at boot
+    boot = next(e for e in StateStore(result.state_path).events("dgx02")
+                if e.to_phase == "booting")
+    assert boot.detail["installed_check"] == "skipped: power off"
+
+    # a retry without --reinstall refuses again; naming another node changes nothing
+    result, _ = run_up(example_copy, reinstall="dgx02")
+    assert FakeDriver.calls["dgx01"] == []
+    assert {n.hostname: n for n in result.nodes}["dgx01"].failed_phase is Phase.INSPECTED
+
+
+def test_reinstall_names_the_installed_node_and_it_boots(example_copy, monkeypatch):
+    FakeDriver.gpus = {"dgx01": 8, "dgx02": 8}
+    FakeDriver.on = {"dgx01", "dgx02"}
+    answer_as_installed(monkeypatch, {"dgx01", "dgx02"})
+    result, _ = run_up(example_copy, reinstall="dgx0*,!dgx02")
+    assert FakeDriver.calls["dgx01"] == ["facts", "boot pxe once", "power off", "power on"]
+    assert FakeDriver.calls["dgx02"] == ["facts"]
+    store = StateStore(result.state_path)
+    boot = next(e for e in store.events("dgx01") if e.to_phase == "booting")
+    assert boot.detail["installed_check"] == "installed" and boot.detail["reinstall"] is True
+    assert "up --reinstall dgx0*,!dgx02" in store.runs(1)[0]["command"]
+    with pytest.raises(ConfigError, match="--reinstall 'nope' matches none"):
+        run_up(example_copy, reinstall="nope")
+
+
+def test_wait_os_waits_for_the_marker_not_for_a_banner(example_copy, monkeypatch):
+    """An sshd that answers but is not the installed OS (the live installer) is not os_ready;
+    the installed OS answering with the marker is."""
+    FakeDriver.gpus = {"dgx01": 8, "dgx02": 8}
+    installed: set[str] = set()
+    by_address = {ansible_host(s.node): s.hostname for s in up_mod.servers(load(EXAMPLE))}
+
+    def check(address: str, login: guard.Login, timeout_s: float = 5.0) -> guard.Answer:
+        if by_address[address] in installed:
+            return guard.Answer(guard.State.INSTALLED, "installed")
+        return guard.Answer(guard.State.NOT_INSTALLED, f"logged in on {address}:22; no "
+                            f"install marker {guard.MARKER}")
+
+    monkeypatch.setattr(guard, "check_installed", check)
+    result, _ = run_up(example_copy, limit="dgx01")
+    dgx01 = result.nodes[0]
+    assert dgx01.failed_phase is Phase.BOOTING
+    assert dgx01.reason is not None
+    assert dgx01.reason.startswith("no installed OS answered on ")
+    assert dgx01.reason.endswith("no install marker /etc/provisioner-installed")
+
+    installed.add("dgx01")  # the install finished: the retry reaches os_ready (and stops
+    with pytest.raises(PlaybookError):  # at the playbooks, which are not the point here)
+        run_up(example_copy, limit="dgx01", playbook="missing.yml")
+    store = StateStore(result.state_path)
+    assert [e.to_phase for e in store.events("dgx01") if e.kind == "transition"][-2:] == [
+        "booting", "os_ready"]
+
+
+def test_the_marker_wait_os_reads_is_the_one_autoinstall_and_the_lab_write(tmp_path):
+    from ipaddress import IPv4Address
+
+    import yaml
+
+    from provisioner.lab import hosts as lab_hosts
+    from provisioner.render import pxe
+
+    pxe.render_pxe(load(EXAMPLE), tmp_path, server=IPv4Address("10.250.0.1"))
+    auto = yaml.safe_load((tmp_path / "autoinstall/dgx01/user-data").read_text())["autoinstall"]
+    assert f"echo dgx01 > /target{guard.MARKER}" in auto["late-commands"]
+    assert lab_hosts.INSTALL_MARKER == guard.MARKER

@@ -13,10 +13,10 @@ from provisioner import power
 from provisioner.bmc import BmcDriver, BmcTarget, BootDevice, PowerAction, PowerState
 from provisioner.bmc.base import HardwareFacts
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.topology import HostPlan
+from provisioner.inventory.topology import HostPlan, ansible_host
 from provisioner.lifecycle import BEFORE_POWER_ON, STEP_FROM, Phase
 from provisioner.workflows.engine import Session, StepFailed
-from provisioner.workflows.steps import Context
+from provisioner.workflows.steps import Context, guard
 
 
 def compare_facts(server: HostPlan, facts: HardwareFacts) -> tuple[list[str], list[str]]:
@@ -126,12 +126,30 @@ class Inspect:
                 "power": facts.power_state.value, "notes": notes}
 
 
+def refuse_installed(ctx: Context, host: str, reinstall: frozenset[str]) -> dict[str, Any]:
+    """The guard before any boot override or power change: a node that answers as installed
+    (guard.check_installed) is refused unless named by --reinstall. Returns what was found
+    (recorded with the boot step)."""
+    address = ansible_host(ctx.plans[host].node)
+    if address is None:
+        return {"installed_check": "no management address"}
+    answer = guard.check_installed(address, guard.login_for(ctx.loaded, ctx.profile))
+    if answer.state in (guard.State.INSTALLED, guard.State.UNVERIFIED) and host not in reinstall:
+        raise StepFailed(f"{answer.detail}; refusing to reinstall: name it with "
+                         f"--reinstall {host}")
+    return {"installed_check": answer.state.value,
+            **({"reinstall": True} if host in reinstall else {})}
+
+
 @dataclass
 class Boot:
-    """inspected -> booting: one-time PXE (or virtual media), then power on from off."""
+    """inspected -> booting: one-time PXE (or virtual media), then power on from off. A node
+    that is on is asked first whether it answers as installed (refuse_installed): then it is
+    left alone, unless --reinstall names it."""
 
     ctx: Context
     power_timeout_s: float
+    reinstall: frozenset[str] = frozenset()
     name: str = "boot"
     source: Phase = Phase.INSPECTED
 
@@ -139,6 +157,12 @@ class Boot:
         driver = session.get()
         if driver is None:
             return {"bmc": False}
+        # Nothing changes before the guard: a node that is on may be an installed, running
+        # one (its OS answers); a node that is off cannot answer and is not running.
+        was = driver.get_power_state()
+        found: dict[str, Any] = {"installed_check": "skipped: power off"}
+        if was is not PowerState.OFF:
+            found = refuse_installed(self.ctx, host, self.reinstall)
         node = self.ctx.plans[host].node
         prov = self.ctx.loaded.site.provisioning
         method = node.boot or prov.boot
@@ -149,9 +173,8 @@ class Boot:
             driver.insert_virtual_media(prov.iso_url)
             device = BootDevice.CD
         setting = driver.set_boot_device(device, persistent=False)
-        was = driver.get_power_state()
         if was is not PowerState.OFF:  # a running node boots its installer only from off
             driver.set_power(PowerAction.OFF, self.power_timeout_s)
         driver.set_power(PowerAction.ON, self.power_timeout_s)
         return {"boot": method, "device": setting.device.value, "verified": setting.verified,
-                "was": was.value, "power": "on"}
+                "was": was.value, "power": "on", **found}

@@ -1,8 +1,9 @@
-"""OS step: wait until the installed OS answers on its management address."""
+"""OS step: wait until the installed OS answers on its management address: a login with
+the site's key that finds the install marker (steps.guard), not just any SSH banner (the
+Ubuntu live installer runs sshd on the same address)."""
 
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -11,25 +12,16 @@ from provisioner.bmc.retry import poll_until
 from provisioner.inventory.topology import ansible_host
 from provisioner.lifecycle import Phase
 from provisioner.workflows.engine import StepFailed, StepInterrupted
-from provisioner.workflows.steps import Context
+from provisioner.workflows.steps import Context, guard
 
 LAB_OS_NOTE = ("OS install skipped: the lab provides the OS (an SSH test host in a network "
                "namespace); the BMC boot and power steps ran for real")
 
 
-def ssh_banner(address: str, port: int, timeout_s: float = 2.0) -> bool:
-    """True when an SSH server answers there (its banner starts with SSH-)."""
-    try:
-        with socket.create_connection((address, port), timeout=timeout_s) as sock:
-            sock.settimeout(timeout_s)
-            return sock.recv(64).startswith(b"SSH-")
-    except OSError:
-        return False
-
-
 @dataclass
 class WaitOs:
-    """booting -> os_ready: an SSH server answers on the node's management address."""
+    """booting -> os_ready: the installed OS answers on the node's management address (a
+    login with the site's key finds the install marker)."""
 
     ctx: Context
     timeout_s: float
@@ -42,19 +34,30 @@ class WaitOs:
         address = ansible_host(self.ctx.plans[host].node)
         if address is None:
             raise StepFailed("no management address to reach the OS on")
-        port = self.ctx.loaded.site.site.ssh.port
+        login = guard.login_for(self.ctx.loaded, self.ctx.profile)
+        port = login.port
+        last: list[guard.Answer] = []
 
         def pause(seconds: float) -> None:
             if self.ctx.stop.wait(seconds):
                 raise StepInterrupted
 
+        def attempt() -> bool:
+            answer = guard.check_installed(address, login)
+            last[:] = [answer]
+            return answer.installed
+
         start = time.monotonic()
-        answered = poll_until(lambda: ssh_banner(address, port), bool,
-                              start + self.timeout_s, interval_s=1.0, max_interval_s=10.0,
-                              sleep=pause)
+        answered = poll_until(attempt, bool, start + self.timeout_s, interval_s=1.0,
+                              max_interval_s=10.0, sleep=pause)
         if not answered:
-            raise StepFailed(f"no SSH answer from {address}:{port} after "
-                             f"{self.timeout_s:g} s (OS install did not finish, or the "
-                             "node is not on the management network)")
+            why = last[0] if last else None
+            if why is None or why.state is guard.State.SILENT:
+                head = f"no SSH answer from {address}:{port}"
+            else:
+                head = f"no installed OS answered on {address}:{port}"
+            raise StepFailed(f"{head} after {self.timeout_s:g} s (OS install did not finish, "
+                             "or the node is not on the management network)"
+                             + (f"; last: {why.detail}" if why else ""))
         return {"ssh": f"{address}:{port}", "waited_s": round(time.monotonic() - start, 1),
-                "os_install": self.ctx.profile.os_install}
+                "os_install": self.ctx.profile.os_install, "marker": guard.MARKER}
