@@ -1,15 +1,18 @@
-"""An SSH server on 127.0.0.1 whose shell is FRRouting's vtysh (a real router CLI for netmiko).
+"""An SSH server on 127.0.0.1 whose shell is FRRouting's vtysh (a real router CLI for netmiko):
+the lab's stand-in switch (lab/switch.py) and the FRR integration test's peer.
 
-usage: python -m tests.integration.peers.vtysh_ssh PORT VTY_SOCKET_DIR CONFIG_DIR
-Login admin/admin. Each session runs `vtysh --vty_socket DIR --config_dir DIR` on a pty, so it
-talks to the zebra/staticd the test started (in its own network namespace). Twisted conch is
-used because this machine has no sshd; nothing here listens beyond 127.0.0.1.
+usage: python -m provisioner.lab.vtysh_ssh PORT VTY_SOCKET_DIR CONFIG_DIR PASSWORD_FILE
+Login admin with the password in PASSWORD_FILE (a 0600 file; never on the command line).
+Each session runs `vtysh --vty_socket DIR --config_dir DIR` on a pty, so it talks to the
+FRR daemons started for it (in their own network namespace). Twisted conch is used because
+the lab has no sshd of its own for this; nothing here listens beyond 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -68,7 +71,7 @@ class Realm:
         return interfaces[0], Avatar(avatar_id), lambda: None
 
 
-def main(port: int, vty_dir: str, config_dir: str) -> None:
+def main(port: int, vty_dir: str, config_dir: str, password_file: str) -> None:
     ARGV[:] = ["/usr/bin/vtysh", "--vty_socket", vty_dir, "--config_dir", config_dir]
     key = keys.Key(rsa.generate_private_key(public_exponent=65537, key_size=2048))
     f = factory.SSHFactory()
@@ -77,11 +80,12 @@ def main(port: int, vty_dir: str, config_dir: str) -> None:
     f.services = {b"ssh-userauth": userauth.SSHUserAuthServer,
                   b"ssh-connection": connection.SSHConnection}
     f.portal = portal.Portal(Realm(), [
-        checkers.InMemoryUsernamePasswordDatabaseDontUse(admin=b"admin")])
+        checkers.InMemoryUsernamePasswordDatabaseDontUse(
+            admin=Path(password_file).read_text().strip().encode())])
     reactor.listenTCP(port, f, interface="127.0.0.1")  # type: ignore[attr-defined]
     print(f"ready {port}", flush=True)
     reactor.run()  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), sys.argv[2], sys.argv[3])
+    main(int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4])
