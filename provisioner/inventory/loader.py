@@ -9,7 +9,7 @@ cost of the bare parse (bench/inventory_scale.py).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -124,6 +124,8 @@ class LoadedSite:
     root: Path
     warnings: tuple[Finding, ...] = ()
     lab_hosts: frozenset[str] = frozenset()  # nodes whose BMC endpoint the lab overlay set
+    # switches the lab stands in for (lab/switch.py) -> the CLI dialect the stand-in speaks
+    lab_switches: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def base_dir(self) -> Path:
@@ -328,15 +330,17 @@ def _schema_findings(exc: ValidationError, smap: SourceMap) -> list[Finding]:
 # ---------------------------------------------------------------- lab overlay
 
 
-def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path) -> frozenset[str]:
-    """Replace BMC endpoints with the running lab's (see provisioner/lab)."""
+def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path
+                       ) -> tuple[frozenset[str], dict[str, str]]:
+    """Replace BMC endpoints (and switch management endpoints) with the running lab's
+    (see provisioner/lab). Returns the nodes whose BMC it set and the stood-in switches."""
     site = merged.get("site")
     rel = site.get("lab_overlay") if isinstance(site, dict) else None
     if not isinstance(rel, str) or rel.startswith("/"):
-        return frozenset()
+        return frozenset(), {}
     path = base_dir / rel
     if not path.is_file():
-        return frozenset()
+        return frozenset(), {}
     display = _display(path)
     data, _, _, _ = _parse_file(path, display)
     if not isinstance(data, dict) or not isinstance(data.get("bmc"), dict):
@@ -348,6 +352,9 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path) -> frozenset[str]
     if isinstance(site, dict) and isinstance(data.get("ssh"), dict):
         site["ssh"] = {**(site.get("ssh") or {}), **data["ssh"]}
     endpoints: dict[str, Any] = data["bmc"]
+    switches: dict[str, Any] = (data["switches"] if isinstance(data.get("switches"), dict)
+                                else {})
+    stood_in: dict[str, str] = {}
     applied = set()
     for placement in merged.get("placements") or []:
         nodes = placement.get("nodes") if isinstance(placement, dict) else None
@@ -358,7 +365,12 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path) -> frozenset[str]
             if isinstance(ep, dict) and isinstance(node.get("bmc"), dict):
                 node["bmc"] = {**{k: v for k, v in node["bmc"].items() if k != "tls"}, **ep}
                 applied.add(str(node["hostname"]))
-    return frozenset(applied)
+            sw = switches.get(str(node.get("hostname")))
+            if isinstance(sw, dict) and isinstance(node.get("management"), dict):
+                node["management"] = {**node["management"],
+                                      **{k: v for k, v in sw.items() if k != "stand_in"}}
+                stood_in[str(node["hostname"])] = str(sw.get("stand_in", ""))
+    return frozenset(applied), stood_in
 
 
 # ---------------------------------------------------------------- entry point
@@ -368,7 +380,7 @@ def load(path: str | Path) -> LoadedSite:
     """Load and schema-check a site; raise InventoryError with findings on any error."""
     root = Path(path)
     merged, smap = _merge(root)
-    lab_hosts = _apply_lab_overlay(merged, root if root.is_dir() else root.parent)
+    lab_hosts, lab_switches = _apply_lab_overlay(merged, root if root.is_dir() else root.parent)
     try:
         site = Site.model_validate(merged)
     except ValidationError as exc:
@@ -388,4 +400,4 @@ def load(path: str | Path) -> LoadedSite:
                 smap.locate(("catalog", i, "name"))))
         catalog[block.name] = block
     return LoadedSite(site=site, catalog=catalog, sources=smap, root=root,
-                      warnings=tuple(notes), lab_hosts=lab_hosts)
+                      warnings=tuple(notes), lab_hosts=lab_hosts, lab_switches=lab_switches)
