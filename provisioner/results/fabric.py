@@ -11,7 +11,7 @@ from provisioner.results.base import Out
 
 if TYPE_CHECKING:
     from provisioner.fabric.base import Mismatch
-    from provisioner.switches.ops import SwitchOutcome
+    from provisioner.switches.base import SwitchOutcome
 
 
 class MismatchView(Out):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Literal
 
 from provisioner import fabric
 from provisioner.credentials import CredentialResolver
@@ -23,34 +22,20 @@ from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import NetworkKind
 from provisioner.inventory.topology import select
 from provisioner.state import StateStore
-from provisioner.switches import cli_diff
-from provisioner.switches.base import Endpoint, SwitchDriver
+from provisioner.switches import cli_diff, staged
+from provisioner.switches.base import Endpoint, SwitchDriver, SwitchOutcome
 from provisioner.workflows.engine import fan_out
 
-Status = Literal["unchanged", "changes", "pushed", "rolled_back", "failed"]
-DriverFactory = Callable[[Endpoint], SwitchDriver]
+# CLI dialects get a SwitchDriver, NVUE and SONiC a login shell (switches/staged.py)
+DriverFactory = Callable[[Endpoint], SwitchDriver | staged.Shell]
 
 
-@dataclass(frozen=True, slots=True)
-class SwitchOutcome:
-    switch: str
-    nos: str
-    status: Status
-    diff: str = ""
-    commands: tuple[str, ...] = ()
-    applied: tuple[str, ...] = ()  # lines the switch accepted during the push
-    undone: tuple[str, ...] = ()  # compensating lines sent after a failure
-    error: str | None = None
+def netmiko_factory(ep: Endpoint) -> SwitchDriver | staged.Shell:
+    from provisioner.switches import netmiko_driver  # the edge, loaded late
 
-    @property
-    def ok(self) -> bool:
-        return self.status in ("unchanged", "changes", "pushed")
-
-
-def netmiko_factory(ep: Endpoint) -> SwitchDriver:
-    from provisioner.switches.netmiko_driver import NetmikoDriver  # the edge, loaded late
-
-    return NetmikoDriver(ep)
+    if ep.nos in staged.FLAVORS:
+        return netmiko_driver.NetmikoShell(ep)
+    return netmiko_driver.NetmikoDriver(ep)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +105,8 @@ def outcomes(loaded: LoadedSite, env: Mapping[str, str], names: Sequence[str], *
         except ProvisionerError as exc:
             return SwitchOutcome(name, t.nos, "failed", error=str(exc))
         try:
+            if isinstance(drv, staged.Shell):
+                return staged.run(drv, name, t.nos, t.text, push)
             return _switch(drv, name, t.nos, t.text, push)
         except ProvisionerError as exc:
             return SwitchOutcome(name, t.nos, "failed", error=str(exc))
@@ -193,6 +180,9 @@ def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool) ->
     if problem is None:
         drv.save()
         return SwitchOutcome(name, nos, "pushed", diff, cmds, res.applied)
+    if res.failed is not None and not res.applied:  # a session aborted: nothing took effect
+        return SwitchOutcome(name, nos, "rolled_back", diff, cmds, (), (),
+                             f"{problem}; nothing applied")
     undo = tuple(cli_diff.undo(res.applied, todo, running))
     undo_res = drv.apply(undo)
     after = set(cli_diff.paths(drv.running_config()))

@@ -19,6 +19,7 @@ from provisioner import fabric
 from provisioner.inventory.cabling import resolve
 from provisioner.lifecycle import Phase
 from provisioner.switches import ops
+from provisioner.switches.base import SwitchOutcome
 from provisioner.workflows.engine import Progress
 from provisioner.workflows.steps import Context
 
@@ -37,7 +38,7 @@ def cabled(ctx: Context, hosts: Sequence[str]) -> dict[str, set[str]]:
 
 def run(ctx: Context, hosts: Sequence[str],
         connect: ops.DriverFactory = ops.netmiko_factory,
-        timeout_s: float = 20.0) -> list[ops.SwitchOutcome]:
+        timeout_s: float = 20.0) -> list[SwitchOutcome]:
     """Check, then push every switch cabled to a node about to be configured (os_ready)."""
     if ctx.stop.is_set():
         return []
@@ -86,7 +87,7 @@ def run(ctx: Context, hosts: Sequence[str],
     return done
 
 
-def _summary(o: ops.SwitchOutcome) -> str:
+def _summary(o: SwitchOutcome) -> str:
     if o.status == "unchanged":
         return "unchanged: the running config already holds the rendered one"
     if o.status == "pushed":
