@@ -84,3 +84,15 @@ def test_no_node_about_to_be_configured_means_no_fabric_step(tmp_path: Path) -> 
     ctx, hosts = _ctx(_copy(tmp_path), {}, {"dgx01": Phase.BOOTING})
     assert fabric_step.run(ctx, hosts) == []
     assert ctx.journal.store.events("leaf01") == []
+
+
+def test_a_lab_stand_in_gets_its_own_dialect_for_the_same_ports(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from provisioner.switches import ops
+
+    loaded = replace(load(_copy(tmp_path)), lab_switches={"leaf01": "cisco_ios"})
+    t = ops.targets(loaded)["leaf01"]
+    assert (t.nos, t.stands_in_for) == ("cisco_ios", "cumulus")
+    assert "interface swp1s0\n description dgx01 roce" in t.text
+    assert ops.targets(load(_copy(tmp_path / "b")))["leaf01"].nos == "cumulus"
