@@ -96,3 +96,15 @@ def test_a_lab_stand_in_gets_its_own_dialect_for_the_same_ports(tmp_path: Path) 
     assert (t.nos, t.stands_in_for) == ("cisco_ios", "cumulus")
     assert "interface swp1s0\n description dgx01 roce" in t.text
     assert ops.targets(load(_copy(tmp_path / "b")))["leaf01"].nos == "cumulus"
+
+
+def test_a_policy_the_switch_os_cannot_render_fails_its_nodes_not_up(tmp_path: Path) -> None:
+    site = _copy(tmp_path)
+    f = site / "site.yaml"
+    f.write_text(f.read_text().replace("priority: 3, cnp_dscp", "priority: 4, cnp_dscp"))
+    ctx, hosts = _ctx(site, {}, {"dgx01": Phase.OS_READY, "cp01": Phase.OS_READY})
+    assert fabric_step.run(ctx, hosts) == []
+    out = ctx.journal.outcomes
+    assert out["dgx01"].phase is Phase.FAILED
+    assert "default RoCE classes" in (out["dgx01"].reason or "")
+    assert out["cp01"].phase is Phase.OS_READY

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from provisioner import fabric
+from provisioner.errors import ProvisionerError
 from provisioner.inventory.cabling import resolve
 from provisioner.lifecycle import Phase
 from provisioner.switches import ops
@@ -47,7 +48,14 @@ def run(ctx: Context, hosts: Sequence[str],
     if not on:
         return []
     journal = ctx.journal
-    report = fabric.check(ctx.loaded)
+    try:
+        report = fabric.check(ctx.loaded)
+    except ProvisionerError as exc:  # e.g. a policy the switch OS cannot render
+        for switch in sorted(on):
+            journal.note(switch, STEP, "fabric_check", f"not rendered: {exc}")
+        for host in sorted(set().union(*on.values())):
+            journal.fail(host, STEP, f"fabric: switch config not rendered: {exc}")
+        return []
     bad_hosts: dict[str, list[str]] = {}
     for m in report.mismatches:
         if m.switch in on:
