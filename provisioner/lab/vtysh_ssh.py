@@ -11,7 +11,10 @@ the lab has no sshd of its own for this; nothing here listens beyond 127.0.0.1.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import struct
 import sys
+import termios
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +41,26 @@ class Avatar(avatar.ConchUser):
 class Session:
     def __init__(self, av: Avatar) -> None:
         self.proc: Any = None
+        self.window: Any = None
 
     def getPty(self, term: bytes, window: Any, modes: Any) -> None:
-        pass
+        self.window = window  # (rows, cols, xpixel, ypixel), as a real sshd honours it
 
     def openShell(self, proto: Any) -> None:
         self.proc = reactor.spawnProcess(  # type: ignore[attr-defined]
             proto, ARGV[0], ARGV, {"TERM": "vt100", "PATH": "/usr/bin:/bin"}, usePTY=True)
+        if self.window is not None:
+            self.windowChanged(self.window)
 
     def execCommand(self, proto: Any, cmd: bytes) -> None:
         raise NotImplementedError("shell only")
 
     def windowChanged(self, size: Any) -> None:
-        pass
+        # netmiko asks for 511 columns; without this the pty stays at 80 and a long command
+        # echoes wrapped, which a real switch's sshd would not do
+        rows, cols = int(size[0]), int(size[1])
+        with contextlib.suppress(OSError, AttributeError):
+            fcntl.ioctl(self.proc.fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
     def eofReceived(self) -> None:
         if self.proc is not None:
@@ -72,7 +82,13 @@ class Realm:
 
 
 def main(port: int, vty_dir: str, config_dir: str, password_file: str) -> None:
-    ARGV[:] = ["/usr/bin/vtysh", "--vty_socket", vty_dir, "--config_dir", config_dir]
+    serve(port, ["/usr/bin/vtysh", "--vty_socket", vty_dir, "--config_dir", config_dir],
+          password_file)
+
+
+def serve(port: int, argv: list[str], password_file: str) -> None:
+    """Serve `argv` as the login shell on 127.0.0.1:port (tests reuse it with bash)."""
+    ARGV[:] = argv
     key = keys.Key(rsa.generate_private_key(public_exponent=65537, key_size=2048))
     f = factory.SSHFactory()
     f.publicKeys = {b"ssh-rsa": key.public()}

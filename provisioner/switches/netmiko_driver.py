@@ -139,7 +139,9 @@ def _last_line(out: str, line: str) -> str:
 # NVUE (Cumulus) and SONiC are driven from their Linux shell (switches/staged.py).
 SHELL_TYPES = {"cumulus": "cumulus_linux", "sonic": "linux"}
 RC_MARK = "__provision_rc="
-CHUNK = 800  # base64 characters per line: well under a terminal's 4096-byte line limit
+# base64 characters per line: the whole command stays under the 511 columns netmiko asks
+# for, so the shell echoes it unwrapped (and under the tty's 4096-byte line limit)
+CHUNK = 300
 
 
 class NetmikoShell:
