@@ -96,6 +96,7 @@ def start_one(name: str, ports: list[str], workdir: Path, tag: str, password_fil
     netns = f"pvl{tag}-{name}"[:40]
     vty = conf = VTY_ROOT / netns
     workdir.mkdir(parents=True, exist_ok=True)
+    _reclaim(netns)
     shutil.rmtree(vty, ignore_errors=True)
     vty.mkdir(parents=True)
     _sh("ip", "netns", "add", netns)
@@ -118,6 +119,35 @@ def start_one(name: str, ports: list[str], workdir: Path, tag: str, password_fil
         down([sw])
         raise
     return sw
+
+
+def _reclaim(netns: str) -> None:
+    """A namespace of this name is this lab's own (the tag is its directory's), left by a
+    run killed before `lab down`: stop the zebra left in it and delete it. Anything else
+    running there is not ours to stop: refuse, naming it."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                            check=False, timeout=30).stdout.split()
+    if netns not in listed:
+        return
+    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True,
+                          check=False, timeout=30).stdout.split()
+    for pid in map(int, pids):
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm != "zebra":
+            raise ConfigError(f"lab switch: namespace {netns} (left by an earlier lab) runs "
+                              f"{comm} (pid {pid}), not started by the lab",
+                              hint=f"stop it, then `ip netns del {netns}`")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and subprocess.run(
+            ["ip", "netns", "pids", netns], capture_output=True, text=True, check=False,
+            timeout=30).stdout.split():
+        time.sleep(0.05)
+    _sh("ip", "netns", "del", netns)
 
 
 def _start_zebra(name: str, ports: list[str], netns: str, conf: Path, timeout_s: float) -> int:
