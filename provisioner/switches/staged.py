@@ -175,6 +175,10 @@ def run(shell: Shell, name: str, nos: str, desired: str, push: bool) -> SwitchOu
         _cleanup(shell, flavor)
         return SwitchOutcome(name, nos, "failed", diff, tuple(sent),
                              error=f"'{exc.command}' failed ({exc.output}); nothing applied")
+    except FabricError as exc:  # the payload could not be written
+        _cleanup(shell, flavor)
+        return SwitchOutcome(name, nos, "failed", diff, tuple(sent),
+                             error=f"{exc}; nothing applied")
     try:
         _run_all(shell, flavor.stage, sent)
     except _Failed as exc:

@@ -275,3 +275,19 @@ def test_an_aborted_eos_session_reports_nothing_applied_and_sends_no_undo() -> N
     assert out.status == "rolled_back" and out.applied == () and out.undone == ()
     assert "session aborted" in (out.error or "") and "nothing applied" in (out.error or "")
     assert len(drv.sent) == 1  # no compensating lines after an abort
+
+
+def test_a_payload_that_cannot_be_written_applies_nothing() -> None:
+    from provisioner.errors import FabricError
+
+    shell, desired = _sonic()
+
+    def put(path: str, text: str) -> None:
+        raise FabricError(f"leaf01: writing {path} failed: No space left on device")
+
+    shell.put = put  # type: ignore[method-assign]
+    out = staged.run(shell, "leaf01", "sonic", desired, push=True)
+    assert out.status == "failed" and "No space left" in (out.error or "")
+    assert "nothing applied" in (out.error or "")
+    assert not any("apply-patch" in c for c in shell.log)
+    assert "sudo config delete-checkpoint provision-fabric" in shell.log
