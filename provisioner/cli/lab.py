@@ -59,6 +59,8 @@ def prune() -> None:
     console().info(f"lab leftovers removed: {len(gone.namespaces)} namespace(s) "
                    f"{' '.join(gone.namespaces)}; {len(gone.bridges)} bridge(s) "
                    f"{' '.join(gone.bridges)}")
+    if gone.busy:  # a running lab, or a killed lab's zebra: not ours to stop from here
+        console().info(f"left alone (a process runs in them): {' '.join(gone.busy)}")
 
 
 @app.command()

@@ -14,7 +14,8 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-NETNS_RE = re.compile(r"^pv-[0-9a-f]{6}\d+$")  # hosts._start_host: f"pv-{tag[:6]}{i}"
+# hosts._start_host: f"pv-{tag[:6]}{i}"; switch.start_one: f"pvl{tag}-{name}"
+NETNS_RE = re.compile(r"^(pv-[0-9a-f]{6}\d+|pvl[0-9a-f]{6,}-\S+)$")
 BRIDGE_RE = re.compile(r"^pvb[0-9a-f]{8}$")  # hosts.bridge_name
 
 
@@ -22,6 +23,7 @@ BRIDGE_RE = re.compile(r"^pvb[0-9a-f]{8}$")  # hosts.bridge_name
 class Leftovers:
     namespaces: list[str] = field(default_factory=list)
     bridges: list[str] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)  # lab-named, a process still runs in it
 
 
 def _ip(argv: Sequence[str]) -> str:
@@ -44,7 +46,8 @@ def find() -> Leftovers:
     """What a killed lab left: lab-named namespaces without a process, and lab bridges
     none of whose ports leads into a namespace that still has one."""
     spaces = _namespaces()
-    left = Leftovers(namespaces=sorted(n for n, busy in spaces.items() if not busy))
+    left = Leftovers(namespaces=sorted(n for n, busy in spaces.items() if not busy),
+                     busy=sorted(n for n, busy in spaces.items() if busy))
     for line in _ip(["-o", "link", "show", "type", "bridge"]).splitlines():
         name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
         if not BRIDGE_RE.match(name):
