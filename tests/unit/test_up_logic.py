@@ -253,6 +253,20 @@ def test_plan_and_status_from_the_state_store(example_copy):
     assert doc["schema"] == "provisioner.status/v1"
     assert report.StatusReport.model_validate(doc) == status
     assert report.dump(plan)["schema"] == "provisioner.plan/v1"
+    assert status.backup is None  # no run yet
+    store.start_run("up")
+    backup = report.status(loaded).backup
+    assert backup is not None and backup.kept == 1
+    assert Path(backup.path).parent == Path(str(store.path) + ".backups")
+    assert StateStore(Path(backup.path)).node("dgx01").phase is Phase.READY
+    from typer.testing import CliRunner
+
+    from provisioner.cli import app
+    cli = CliRunner()
+    doc = json.loads(cli.invoke(app, ["status", str(example_copy), "--json"]).stdout)
+    assert doc["backup"]["path"] == backup.path
+    text = cli.invoke(app, ["status", str(example_copy)], terminal_width=400).stdout
+    assert "state backup" in text and Path(backup.path).name in text
 
 
 def test_the_documented_schemas_are_the_code_s():
