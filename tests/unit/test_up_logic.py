@@ -119,6 +119,8 @@ def no_ssh_answers(monkeypatch):
     FakeDriver.on = set()
     monkeypatch.setattr(guard, "check_installed", lambda address, *_a, **_k: guard.Answer(
         guard.State.SILENT, f"no SSH answer from {address}:22 (test)"))
+    monkeypatch.setattr(guard, "ask_cluster", lambda node, *_a, **_k: guard.ClusterAnswer(
+        guard.Membership.UNREACHABLE, "no cluster reachable (test)"))
 
 
 @pytest.fixture
@@ -430,3 +432,55 @@ def test_the_marker_wait_os_reads_is_the_one_autoinstall_and_the_lab_write(tmp_p
     auto = yaml.safe_load((tmp_path / "autoinstall/dgx01/user-data").read_text())["autoinstall"]
     assert f"echo dgx01 > /target{guard.MARKER}" in auto["late-commands"]
     assert lab_hosts.INSTALL_MARKER == guard.MARKER
+
+
+def test_a_kubernetes_member_is_installed_whatever_ssh_says():
+    """The decision alone, from injected answers (the lab has no API server)."""
+    silent = guard.Answer(guard.State.SILENT, "no SSH answer from 10.0.0.5:22")
+    bare = guard.Answer(guard.State.NOT_INSTALLED, "logged in on 10.0.0.5:22; no marker")
+    for membership in (guard.Membership.READY, guard.Membership.NOT_READY):
+        verdict = guard.decide(silent, guard.ClusterAnswer(membership, "node dgx01, Ready=x"))
+        assert verdict.installed and "a Kubernetes node: node dgx01" in verdict.detail
+    unreachable = guard.ClusterAnswer(guard.Membership.UNREACHABLE, "no cluster reachable (x)")
+    verdict = guard.decide(bare, unreachable)
+    assert verdict.state is guard.State.NOT_INSTALLED
+    assert verdict.detail.endswith("no cluster reachable (x), relying on the SSH install marker")
+    absent = guard.decide(silent, guard.ClusterAnswer(guard.Membership.ABSENT, "no node"))
+    assert absent.state is guard.State.SILENT and absent.detail.endswith("not a member")
+    assert guard.decide(bare, None) == bare
+    login = guard.Login(user="ubuntu", port=22, key_file=None, accept_any_host_key=False)
+    assert guard.ready_command("dgx01", login) == (
+        "sudo -n kubectl --kubeconfig /etc/kubernetes/admin.conf get node dgx01 -o "
+        "jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}'")
+
+
+def test_up_refuses_a_ready_kubernetes_node_without_its_marker(example_copy, monkeypatch):
+    """dgx01 is on, its SSH login finds no marker (a node installed some other way), but the
+    cluster has it Ready: refused, nothing changed; dgx02, not a member, boots. The control
+    planes are asked, the node itself never first."""
+    FakeDriver.gpus = {"dgx01": 8, "dgx02": 8}
+    FakeDriver.on = {"dgx01", "dgx02"}
+    monkeypatch.setattr(guard, "check_installed", lambda address, *_a, **_k: guard.Answer(
+        guard.State.NOT_INSTALLED, f"logged in on {address}:22; no install marker"))
+    asked: list[tuple[str, list[str]]] = []
+
+    def cluster(node: str, planes, login, timeout_s: float = 5.0) -> guard.ClusterAnswer:
+        asked.append((node, [name for name, _ in planes]))
+        if node == "dgx01":
+            return guard.ClusterAnswer(guard.Membership.READY, "the cluster (asked on cp01) "
+                                       "has node dgx01, Ready=True")
+        return guard.ClusterAnswer(guard.Membership.ABSENT, f"no node {node}")
+
+    monkeypatch.setattr(guard, "ask_cluster", cluster)
+    result, _ = run_up(example_copy, limit="dgx0*")
+    by = {n.hostname: n for n in result.nodes}
+    assert FakeDriver.calls["dgx01"] == ["facts"]
+    assert by["dgx01"].failed_phase is Phase.INSPECTED and by["dgx01"].reason is not None
+    assert "a Kubernetes node: the cluster (asked on cp01) has node dgx01, Ready=True" in (
+        by["dgx01"].reason)
+    assert FakeDriver.calls["dgx02"] == ["facts", "boot pxe once", "power off", "power on"]
+    boot = next(e for e in StateStore(result.state_path).events("dgx02")
+                if e.to_phase == "booting")
+    assert boot.detail["cluster"] == "absent"
+    planes = [s.hostname for s in up_mod.servers(load(EXAMPLE)) if s.control_plane]
+    assert planes and all(sorted(names) == sorted(planes) for _, names in asked)
