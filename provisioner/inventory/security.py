@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from provisioner.inventory.block_models import BlockKind
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.block_models import BlockKind
 from provisioner.inventory.models import BmcProtocol
 
 Emit = Callable[..., None]
