@@ -9,9 +9,10 @@ it creates an SSH test host (lab/hosts.py). A bare SSH banner proves nothing: th
 live installer runs sshd on the same address.
 
 Host keys: in the lab any host key is accepted (the test hosts are made fresh each time);
-on a real site only the keys in the system and the user's known_hosts are, never silently
-added. A real node whose host key is not known answers UNVERIFIED: the guard refuses it
-(it cannot tell), wait_os keeps waiting and says why at its timeout.
+on a real site only the keys in the system's and the user's known_hosts and in the site's
+(.provision/known_hosts: the host keys `pxe render` generated into the autoinstall data)
+are, never silently added. A real node whose host key is not known answers UNVERIFIED: the
+guard refuses it (it cannot tell), wait_os keeps waiting and says why at its timeout.
 
 A node is also installed when the cluster says it is a member (ask_cluster): the tool
 keeps no kubeconfig of its own, so it asks a control plane over the same SSH login with the
@@ -33,6 +34,7 @@ import paramiko  # type: ignore[import-untyped]  # no stubs; a netmiko dependenc
 
 from provisioner.inventory.loader import LoadedSite
 from provisioner.profile import Profile
+from provisioner.statedir import NAME
 
 MARKER = "/etc/provisioner-installed"
 KUBECONFIG = "/etc/kubernetes/admin.conf"  # kubeadm's admin kubeconfig on a control plane
@@ -61,6 +63,7 @@ class Login:
     port: int
     key_file: str | None
     accept_any_host_key: bool  # the lab only
+    known_hosts: str | None = None  # the site's, written by `pxe render` (host keys it made)
 
 
 def login_for(loaded: LoadedSite, profile: Profile) -> Login:
@@ -68,7 +71,9 @@ def login_for(loaded: LoadedSite, profile: Profile) -> Login:
     key = None
     if ssh.private_key_file:
         key = str((loaded.base_dir / ssh.private_key_file).expanduser())
-    return Login(user=ssh.user, port=ssh.port, key_file=key, accept_any_host_key=profile.lab)
+    site_known = loaded.base_dir / NAME / "known_hosts"
+    return Login(user=ssh.user, port=ssh.port, key_file=key, accept_any_host_key=profile.lab,
+                 known_hosts=str(site_known) if site_known.is_file() else None)
 
 
 def _open(address: str, login: Login, timeout_s: float) -> paramiko.SSHClient | Answer:
@@ -82,6 +87,8 @@ def _open(address: str, login: Login, timeout_s: float) -> paramiko.SSHClient | 
         user_known = Path("~/.ssh/known_hosts").expanduser()
         if user_known.exists():
             client.load_host_keys(str(user_known))
+        if login.known_hosts:
+            client.load_host_keys(login.known_hosts)
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
         client.connect(address, port=login.port, username=login.user,
