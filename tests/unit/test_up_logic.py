@@ -186,8 +186,11 @@ def test_from_phase_never_moves_a_node_forward(example_copy):
 
 def test_virtual_media_boot_mounts_the_iso_then_boots_from_cd(example_copy):
     site = example_copy / "site.yaml"
-    site.write_text(site.read_text() + "\nprovisioning:\n  boot: virtual_media\n"
-                    "  iso_url: http://mirror.example/ubuntu-22.04-live-server-amd64.iso\n")
+    text = site.read_text()
+    old = "provisioning:\n  iso_url: http://10.250.0.1/ubuntu/22.04/ubuntu-22.04.5-live-server-amd64.iso\n"
+    assert old in text  # the example's (the PXE default); replaced, not defined twice
+    site.write_text(text.replace(old, "provisioning:\n  boot: virtual_media\n"
+                    "  iso_url: http://mirror.example/ubuntu-22.04-live-server-amd64.iso\n"))
     FakeDriver.gpus = {}
     run_up(example_copy, limit="cp01")
     assert FakeDriver.calls == {"cp01": [
