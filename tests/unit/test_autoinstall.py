@@ -131,3 +131,32 @@ def test_validate_names_the_file_and_line_when_there_is_no_way_in(tmp_path):
     assert re.search(re.escape(str(site / "site.yaml")) + r":\d+", text), text
     assert "site" in text and "ssh" in text
     assert not [f for f in check(load(EXAMPLE)) if f.code == "ssh-no-way-in"]
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
+def test_playbooks_on_a_real_site_check_host_keys_against_the_site_known_hosts(tmp_path):
+    """ansible.cfg for a real site: ssh (asked with -G how it reads the rendered ssh_args, as
+    Ansible splits them) checks host keys strictly, against the known_hosts `pxe render`
+    wrote first; the lab's does not check them."""
+    import configparser
+    import shlex
+    import subprocess
+
+    from provisioner import render
+
+    site = _site(tmp_path)
+    for lab in (False, True):
+        out = render.render(load(site), tmp_path / f"r{lab}", lab=lab).out
+        cfg = configparser.ConfigParser(interpolation=None)
+        cfg.read(out / "project" / "ansible.cfg")
+        args = shlex.split(cfg["ssh_connection"]["ssh_args"])
+        proc = subprocess.run(["ssh", "-G", *args, "dgx01"], capture_output=True, text=True,
+                              timeout=30, check=True)
+        opts = dict(ln.split(" ", 1) for ln in proc.stdout.splitlines() if " " in ln)
+        if lab:
+            assert opts["stricthostkeychecking"] == "false"
+        else:
+            assert opts["stricthostkeychecking"] == "true"
+            files = opts["userknownhostsfile"].split()
+            assert files[0] == str((site / ".provision" / "known_hosts").resolve())
+            assert files[1].endswith("/.ssh/known_hosts")
