@@ -76,7 +76,7 @@ def served_media(base: str, release: autoinstall.Release) -> InstallMedia:
     """The files `pxe serve --iso` extracted and serves itself (boot.stage_iso)."""
     root = f"{base}/ubuntu/{release.codename}"
     return InstallMedia(f"{root}/vmlinuz", f"{root}/initrd", f"{root}/installer.iso",
-                        f"extracted from the ISO, served at {root}/")
+                        f"the --iso ISO (kernel and initrd extracted), served at {root}/")
 
 
 def mirror_media(loaded: LoadedSite) -> InstallMedia:
