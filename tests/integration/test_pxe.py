@@ -118,6 +118,24 @@ for line in script.decode().splitlines():
             url = url.removeprefix("url=")
             with urllib.request.urlopen(url, timeout=5) as r:
                 print("fetched", url, hashlib.sha256(r.read()).hexdigest())
+# TFTP (RFC 1350), as firmware without iPXE does: the iPXE loader dnsmasq offers.
+t = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+t.settimeout(5)
+t.sendto(b"\0\1undionly.kpxe\0octet\0", ("10.250.0.1", 69))
+got, expect = b"", 1
+while True:
+    data, peer = t.recvfrom(4 + 512)
+    op, block = struct.unpack("!HH", data[:4])
+    if op != 3:
+        print("tftp error", data[4:].decode(errors="replace"))
+        break
+    if block == expect:
+        got += data[4:]
+        expect += 1
+    t.sendto(struct.pack("!HH", 4, block), peer)
+    if len(data) < 4 + 512:
+        print("tftp undionly.kpxe", hashlib.sha256(got).hexdigest())
+        break
 # The node's own address (the DHCP reservation) gets its autoinstall data.
 conn = http.client.HTTPConnection("10.250.0.1", 8080, timeout=5,
                                   source_address=("10.250.0.21", 0))
@@ -129,6 +147,9 @@ print("own", resp.status, resp.read().decode().splitlines()[0])
 
 requires_xorriso = requires_peer(shutil.which("xorriso"), "xorriso not installed "
                                  "(scripts/bootstrap.sh installs it)")
+requires_ipxe = requires_peer(any((d / "undionly.kpxe").is_file() for d in boot.IPXE_DIRS),
+                              "the ipxe package (iPXE loaders) is not installed "
+                              "(scripts/bootstrap.sh installs it)")
 
 
 def _live_iso(tmp_path: Path, info: str) -> tuple[Path, dict[str, str]]:
@@ -167,12 +188,13 @@ def test_stage_iso_takes_the_installer_of_the_right_release_only(tmp_path):
 
 @requires_root
 @requires_xorriso
+@requires_ipxe
 def test_pxe_serve_answers_dhcp_by_mac_and_serves_the_installer(tmp_path):
     """`provision pxe serve --iso` in a namespace of its own; a second namespace plays the
-    node with dgx01's MAC: dnsmasq offers dgx01's reserved address, the HTTP server hands out
-    its iPXE script, the kernel and initrd taken from the ISO and the ISO itself (what the
-    script names), its autoinstall data to its own address only, and nothing outside the
-    boot files."""
+    node with dgx01's MAC: dnsmasq offers dgx01's reserved address and the iPXE loader over
+    TFTP; the HTTP server hands out its iPXE script, the kernel and initrd taken from the ISO
+    and the ISO itself (what the script names), its autoinstall data to its own address
+    only, and nothing outside the boot files."""
     iso, sums = _live_iso(tmp_path, 'Ubuntu-Server 22.04.5 LTS "Jammy Jellyfish" - amd64')
     tag = f"{os.getpid() % 10000:04d}"
     srv, cli = f"pvxs{tag}", f"pvxc{tag}"
@@ -216,6 +238,10 @@ def test_pxe_serve_answers_dhcp_by_mac_and_serves_the_installer(tmp_path):
         root = "http://10.250.0.1:8080/ubuntu/jammy"
         assert f"fetched {root}/vmlinuz {sums['vmlinuz']}" in proc.stdout
         assert f"fetched {root}/initrd {sums['initrd']}" in proc.stdout
+        loader = next(d / "undionly.kpxe" for d in boot.IPXE_DIRS
+                      if (d / "undionly.kpxe").is_file())
+        assert f"tftp undionly.kpxe {hashlib.sha256(loader.read_bytes()).hexdigest()}" \
+            in proc.stdout, proc.stdout + log.read_text()[-2000:]
         iso_sum = hashlib.sha256(iso.read_bytes()).hexdigest()
         assert f"fetched {root}/installer.iso {iso_sum}" in proc.stdout
         pid = int((tmp_path / "pxe" / "dnsmasq.pid").read_text())
