@@ -1,8 +1,10 @@
 """Boot services for network installs: dnsmasq (DHCP by MAC, TFTP) and a small HTTP server
-for the iPXE scripts and autoinstall data that `render.pxe` wrote.
+for the iPXE scripts and autoinstall data that `render.pxe` wrote, and the installer that
+`stage_iso` took from an Ubuntu live-server ISO (casper/vmlinuz, casper/initrd, the ISO).
 
 dnsmasq runs as a child in the foreground with its own pid file and log; the HTTP server
-is the standard library's, serving only the rendered boot files (read-only, GET/HEAD).
+is the standard library's, serving only the boot files (read-only, GET/HEAD), and a node's
+autoinstall data (its private host key) only to that node's reserved address.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from provisioner.errors import ConfigError
 # Debian's ipxe package: the loaders firmware without iPXE fetches over TFTP.
 IPXE_DIRS = (Path("/usr/lib/ipxe"), Path("/usr/share/ipxe"))
 IPXE_LOADERS = ("ipxe.efi", "undionly.kpxe")
-SERVED = ("/ipxe/", "/autoinstall/")
+SERVED = ("/ipxe/", "/autoinstall/", "/ubuntu/")
 
 LogFn = Callable[[str], None]
 
@@ -34,12 +36,19 @@ class _Handler(SimpleHTTPRequestHandler):
     """Serve the boot files only; one log line per request to the caller."""
 
     log_fn: LogFn = staticmethod(lambda _line: None)
+    owners: dict[str, str] = {}  # noqa: RUF012 - per server class: host -> its address
 
     def send_head(self) -> Any:
-        """GET and HEAD both come here: refuse anything but the boot files."""
+        """GET and HEAD both come here: refuse anything but the boot files, and a node's
+        autoinstall data to any address but its own."""
         if not self.path.startswith(SERVED) or ".." in self.path:
             self.send_error(404)
             return None
+        if self.path.startswith("/autoinstall/"):
+            host = self.path.split("/")[2]
+            if self.owners.get(host) != self.client_address[0]:
+                self.send_error(403, "autoinstall data is served to its node only")
+                return None
         return super().send_head()
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -91,14 +100,66 @@ def _loaders(root: Path) -> list[str]:
     return missing
 
 
+def _iso_file(iso: Any, name: str, dest: Path) -> None:
+    """Copy one file out of an open pycdlib image (Rock Ridge, Joliet or plain ISO 9660
+    names, whichever the image has) to dest, 0644."""
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    for kind, path in (("rr_path", f"/{name}"), ("joliet_path", f"/{name}"),
+                       ("iso_path", "/" + name.upper() + ";1")):
+        try:
+            with open(tmp, "wb") as fh:
+                iso.get_file_from_iso_fp(fh, **{kind: path})
+        except Exception:  # noqa: S112 - pycdlib raises its own for a missing name
+            continue
+        tmp.chmod(0o644)
+        os.replace(tmp, dest)
+        return
+    tmp.unlink(missing_ok=True)
+    raise ConfigError(f"the ISO has no {name}", hint="name an Ubuntu live-server ISO "
+                      "(ubuntu-XX.04.N-live-server-amd64.iso)")
+
+
+def stage_iso(iso_path: Path, dest: Path, version: str) -> str:
+    """Take the installer from an Ubuntu live-server ISO into dest: casper/vmlinuz and
+    casper/initrd extracted (a Python ISO 9660 reader, pycdlib), the ISO itself linked as
+    installer.iso (served, not copied). The ISO must be the release `version` (22.04):
+    checked against its .disk/info. Returns that line."""
+    import pycdlib  # imported here: only `pxe serve --iso` reads an ISO
+
+    if not iso_path.is_file():
+        raise ConfigError(f"--iso {iso_path}: no such file")
+    dest.mkdir(parents=True, exist_ok=True)
+    iso = pycdlib.PyCdlib()
+    try:
+        iso.open(str(iso_path))
+    except Exception as exc:
+        raise ConfigError(f"--iso {iso_path}: not an ISO 9660 image ({exc})") from None
+    try:
+        _iso_file(iso, ".disk/info", dest / "disk-info")
+        info = (dest / "disk-info").read_text(errors="replace").strip()
+        if f" {version}" not in f" {info}":
+            raise ConfigError(f"--iso {iso_path} is {info!r}, not Ubuntu {version}",
+                              hint="software.os decides the release; name the ISO of it")
+        for name in ("vmlinuz", "initrd"):
+            _iso_file(iso, f"casper/{name}", dest / name)
+    finally:
+        iso.close()
+    link = dest / "installer.iso"
+    link.unlink(missing_ok=True)
+    link.symlink_to(iso_path.resolve())
+    return info
+
+
 def serve(root: Path, address: IPv4Address, http_port: int, *, dhcp: bool = True,
-          log: LogFn | None = None) -> BootServer:
-    """Start the HTTP server (and dnsmasq with root/dnsmasq.conf unless dhcp is False)."""
+          log: LogFn | None = None, owners: dict[str, str] | None = None) -> BootServer:
+    """Start the HTTP server (and dnsmasq with root/dnsmasq.conf unless dhcp is False).
+    `owners` (host -> address): who may fetch each node's autoinstall data."""
     conf = root / "dnsmasq.conf"
     if not conf.is_file():
         raise ConfigError(f"no {conf}", hint="run `provision pxe render` first")
     handler = functools.partial(type("Handler", (_Handler,), {
-        "log_fn": staticmethod(log or (lambda _line: None))}), directory=str(root))
+        "log_fn": staticmethod(log or (lambda _line: None)),
+        "owners": dict(owners or {})}), directory=str(root))
     try:
         http = ThreadingHTTPServer((str(address), http_port), handler)
     except OSError as exc:

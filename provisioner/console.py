@@ -395,6 +395,12 @@ class Console:
             last = report.runs[0]
             self.out.print(f"last run #{last.id}: {last.command} started {last.started_at}, "
                            f"{last.status}")
+        if report.backup:
+            b = report.backup
+            self.out.print(f"state backup (taken before the latest run, {b.taken_at}): "
+                           f"{escape(b.path)} ({b.kept} kept in {escape(b.directory)})")
+        else:
+            self.out.print("state backup: none yet (one is taken before every run)")
 
 
 def _describe(value: Any) -> str:

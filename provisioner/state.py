@@ -5,6 +5,10 @@ is one transaction that updates the node and appends its event together, so a ru
 at any point leaves either the old state or the new one, never half of each, and the next
 run resumes from what is recorded. Every transition is checked against the lifecycle
 (lifecycle.py): a move it does not allow is a StateError and changes nothing.
+
+Before every run (`start_run`) the whole database is copied with SQLite's online backup
+API into `<state>.backups/` (owner-only files, the last KEEP_BACKUPS kept): a store damaged
+or deleted later can be put back from there (`provision status` names the newest copy).
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from provisioner.errors import StateError
 from provisioner.lifecycle import LIFECYCLE, Phase, allowed, next_phase
 from provisioner.statedir import ensure_parent
 
-__all__ = ["LIFECYCLE", "SCHEMA_VERSION", "Event", "NodeState", "Phase", "StateStore",
-           "next_phase"]
+__all__ = ["KEEP_BACKUPS", "LIFECYCLE", "SCHEMA_VERSION", "Backup", "Event", "NodeState",
+           "Phase", "StateStore", "backups", "next_phase"]
+
+KEEP_BACKUPS = 5  # copies of the state store kept, one per run, newest first
 
 
 SCHEMA_VERSION = 1
@@ -86,6 +92,26 @@ class Event:
     detail: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Backup:
+    path: Path
+    taken_at: float
+
+
+def backup_dir(path: Path) -> Path:
+    """Where the copies of the store at `path` go: beside it, `<name>.backups/`."""
+    return path.with_name(path.name + ".backups")
+
+
+def backups(path: Path) -> list[Backup]:
+    """The backups of the store at `path`, newest first (none when there is no directory)."""
+    where = backup_dir(path)
+    if not where.is_dir():
+        return []
+    found = [Backup(p, p.stat().st_mtime) for p in where.glob(f"{path.stem}-*.db")]
+    return sorted(found, key=lambda b: b.path.name, reverse=True)
+
+
 class StateStore:
     """One site's state database. Safe for several threads (one connection per call)."""
 
@@ -144,7 +170,37 @@ class StateStore:
 
     # -------------------------------------------------------- runs
 
-    def start_run(self, command: str) -> int:
+    def backup(self, keep: int = KEEP_BACKUPS) -> Path:
+        """Copy the whole store with SQLite's online backup API (a consistent snapshot, WAL
+        included, even while another reader has it open) into a new owner-only file, then
+        drop all but the newest `keep` copies. Returns the new copy's path."""
+        where = backup_dir(self.path)
+        now_ns = time.time_ns()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now_ns // 10**9))
+        try:
+            where.mkdir(mode=0o700, exist_ok=True)
+            where.chmod(0o700)
+            target = where / f"{self.path.stem}-{stamp}.{now_ns % 10**9:09d}Z.db"
+            # Created 0600 before SQLite opens it: the copy is never readable by others.
+            os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            dst = sqlite3.connect(target)
+            try:
+                with self._connect() as src:
+                    src.backup(dst)
+            finally:
+                dst.close()
+            for old in backups(self.path)[keep:]:
+                old.path.unlink(missing_ok=True)
+        except (OSError, sqlite3.Error) as exc:
+            raise StateError(f"cannot back up the state store {self.path} to {where}: {exc}",
+                             hint="free disk space or fix the directory's permissions; "
+                             "no run starts without a backup") from None
+        return target
+
+    def start_run(self, command: str, *, backup: bool = True) -> int:
+        """Record a run as started; first back the store up (see `backup`)."""
+        if backup:
+            self.backup()
         with self._tx() as db:
             cur = db.execute("INSERT INTO runs (command, started_at, pid) VALUES (?, ?, ?)",
                              (command, time.time(), os.getpid()))

@@ -9,9 +9,11 @@ cd "$(dirname "$0")/.."
 # (OpenIPMI's ipmi_sim and ipmitool for IPMI BMCs; debootstrap, ssh and iproute2 for the
 # SSH test hosts in network namespaces; dnsmasq to check rendered network-boot configs;
 # headless chromium and a font to test `provision report` as a browser shows it; FRRouting,
-# whose vtysh is the real router CLI the switch tests push to).
+# whose vtysh is the real router CLI the switch tests push to; xorriso writes the ISO images
+# the network-boot test serves with `pxe serve --iso`; ipxe holds the iPXE loaders that
+# `pxe serve` offers over TFTP).
 APT_PACKAGES=(python3-venv openipmi ipmitool iproute2 debootstrap openssh-client util-linux
-  dnsmasq-base chromium fonts-dejavu-core frr)
+  dnsmasq-base chromium fonts-dejavu-core frr xorriso ipxe)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -13,6 +13,7 @@ from provisioner.cli.common import SiteArg, console, graceful_stop, handle_error
 from provisioner.errors import ConfigError
 from provisioner.inventory import load
 from provisioner.render import pxe as pxe_mod
+from provisioner.render.autoinstall import release_for
 from provisioner.statedir import state_dir
 
 app = typer.Typer(help="Network boot (PXE/iPXE) and unattended OS install data.",
@@ -28,7 +29,11 @@ InterfaceOpt = Annotated[str | None, typer.Option(
     "--interface", help="Interface dnsmasq serves DHCP on (required: no default, the DHCP "
     "server is authoritative).", show_default=False)]
 SshKeyOpt = Annotated[Path | None, typer.Option(
-    "--ssh-key", help="Public key installed nodes accept (the tool's).")]
+    "--ssh-key", help="Public key installed nodes accept, besides site.ssh.authorized_keys.")]
+IsoOpt = Annotated[Path | None, typer.Option(
+    "--iso", help="Ubuntu live-server ISO of software.os's release: its casper/vmlinuz and "
+    "casper/initrd are extracted and served with it (default: provisioning.iso_url on the "
+    "site mirror, with casper/ unpacked beside it).")]
 HttpPortOpt = Annotated[int, typer.Option("--http-port", min=1, max=65535,
                                           help="Port of the HTTP server for iPXE scripts.")]
 
@@ -46,7 +51,8 @@ def require_interface(interface: str | None) -> str:
 
 
 def _render(site: Path | None, out: Path | None, server: str | None, interface: str | None,
-            ssh_key: Path | None, http_port: int) -> tuple[Path, IPv4Address]:
+            ssh_key: Path | None, http_port: int, iso: Path | None = None
+            ) -> tuple[Path, IPv4Address, dict[str, str]]:
     interface = require_interface(interface)
     loaded = load(resolve_site(site))
     net = pxe_mod.provisioning_network(loaded)
@@ -56,39 +62,49 @@ def _render(site: Path | None, out: Path | None, server: str | None, interface: 
                           hint="pass --server with this machine's address on it")
     key = ssh_key.read_text().strip() if ssh_key else ""
     target = out or state_dir(loaded.base_dir) / "pxe"
-    written, missing = pxe_mod.render_pxe(loaded, target, server=IPv4Address(address),
-                                          interface=interface, ssh_public_key=key,
-                                          http_port=http_port)
     con = console()
-    con.info(f"rendered {len(written)} files to {target} (boot network {net.name} {net.cidr})")
+    media = None
+    if iso is not None:
+        release = release_for(loaded.site.software.os)
+        info = boot.stage_iso(iso, target / "ubuntu" / release.codename, release.version)
+        media = pxe_mod.served_media(f"http://{address}:{http_port}", release)
+        con.info(f"installer: {info} (kernel and initrd extracted from {iso})")
+    written, missing = pxe_mod.render_pxe(
+        loaded, target, server=IPv4Address(address), interface=interface, ssh_public_key=key,
+        http_port=http_port, media=media,
+        known_hosts=state_dir(loaded.base_dir) / "known_hosts")
+    con.info(f"rendered {len(written)} files to {target} (boot network {net.name} {net.cidr}); "
+             f"host keys of the nodes in {state_dir(loaded.base_dir) / 'known_hosts'}")
     if missing:
         con.info("not network-bootable (no MAC or address on that network): "
                  + ", ".join(missing))
-    return target, IPv4Address(address)
+    hosts, _ = pxe_mod.boot_hosts(loaded, net)
+    return target, IPv4Address(address), {h.hostname: str(h.address) for h in hosts}
 
 
 @app.command("render")
 @handle_errors
 def render(site: SiteArg = None, out: OutOpt = None, server: ServerOpt = None,
            interface: InterfaceOpt = None, ssh_key: SshKeyOpt = None,
-           http_port: HttpPortOpt = 8080) -> None:
+           http_port: HttpPortOpt = 8080, iso: IsoOpt = None) -> None:
     """Render dnsmasq.conf (DHCP by MAC, TFTP, iPXE), iPXE scripts and autoinstall data."""
-    _render(site, out, server, interface, ssh_key, http_port)
+    _render(site, out, server, interface, ssh_key, http_port, iso)
 
 
 @app.command("serve")
 @handle_errors
 def serve(site: SiteArg = None, out: OutOpt = None, server: ServerOpt = None,
           interface: InterfaceOpt = None, ssh_key: SshKeyOpt = None,
-          http_port: HttpPortOpt = 8080,
+          http_port: HttpPortOpt = 8080, iso: IsoOpt = None,
           dhcp: Annotated[bool, typer.Option(help="Run dnsmasq (DHCP + TFTP); --no-dhcp "
                                              "serves HTTP only, beside an existing DHCP.")]
           = True) -> None:
     """Render, then run dnsmasq and the HTTP server for the boot files until Ctrl-C."""
-    root, address = _render(site, out, server, interface, ssh_key, http_port)
+    root, address, owners = _render(site, out, server, interface, ssh_key, http_port, iso)
     con = console()
     with graceful_stop("stopping the boot services") as done:
-        running = boot.serve(root, address, http_port, dhcp=dhcp, log=con.info)
+        running = boot.serve(root, address, http_port, dhcp=dhcp, log=con.info,
+                             owners=owners)
         try:
             con.info(f"serving boot files at {running.url}/ipxe/ and "
                      f"{running.url}/autoinstall/"

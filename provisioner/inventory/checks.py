@@ -20,7 +20,7 @@ from provisioner.inventory.models import (
     NetworkKind,
     Role,
 )
-from provisioner.inventory.security import transport_warnings
+from provisioner.inventory.security import transport_warnings, way_in
 
 Emit = Callable[..., None]
 
@@ -53,7 +53,7 @@ def check(loaded: LoadedSite, basis: power.Basis = "nameplate") -> list[Finding]
     emit = _Collector(loaded)
     emit.findings.extend(loaded.warnings)
     for fn in (_placements, _uniqueness, _networks, _credentials, software_checks.check,
-               _kubernetes, transport_warnings):
+               _kubernetes, transport_warnings, way_in):
         fn(loaded, emit)
     fabric_checks.check(loaded, emit)
     _budgets(loaded, emit, basis)

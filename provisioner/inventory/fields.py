@@ -48,6 +48,10 @@ MIRROR_RE = "^(https?://[^\\s'\"\\\\<>{}|^`]+|file:///[^\\s'\"\\\\<>{}|^`]*)$"
 BMC_ADDRESS_RE = r"^[A-Za-z0-9]([A-Za-z0-9.:%-]*[A-Za-z0-9])?$|^::1?$"
 SYSTEM_ID_RE = r"^[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,127}$"  # no "/", and not "." or ".."
 NO_CONTROL_RE = r"^[^\x00-\x1f\x7f]+$"
+# One OpenSSH public key line (type, base64, optional plain comment): it is rendered into
+# autoinstall data and authorized_keys, so nothing else may ride along.
+PUBLIC_KEY_RE = (r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/]{16,}={0,3}"
+                 r"( [\w.@+-]{1,128})?$")
 
 
 def _label_key(key: str) -> str:
@@ -93,6 +97,7 @@ KubeVersion = Annotated[str, BeforeValidator(_kube_version_in), AfterValidator(_
 GpuModel = Annotated[str, Field(min_length=1, max_length=63, pattern=LABEL_NAME_RE.pattern)]
 MirrorUrl = Annotated[str, Field(max_length=2048, pattern=MIRROR_RE)]
 LocalPath = Annotated[str, Field(pattern=PATH_RE)]
+PublicKey = Annotated[str, Field(max_length=16_384, pattern=PUBLIC_KEY_RE)]
 BmcAddress = Annotated[str, Field(min_length=1, max_length=253, pattern=BMC_ADDRESS_RE)]
 SystemId = Annotated[str, Field(pattern=SYSTEM_ID_RE)]
 UserName = Annotated[str, Field(min_length=1, max_length=64, pattern=NO_CONTROL_RE)]

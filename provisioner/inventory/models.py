@@ -42,6 +42,7 @@ from provisioner.inventory.fields import (
     Mac,
     Model,
     Name,
+    PublicKey,
     SystemId,
     UserName,
 )
@@ -300,6 +301,10 @@ class Ssh(Model):
     user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")] = "root"
     private_key_file: LocalPath | None = None
     port: int = Field(default=22, ge=1, le=65535)
+    # Public keys an installed node accepts for `user` (autoinstall writes them): without
+    # one, no install starts (validate: ssh-no-way-in). `pxe render --ssh-key` adds one.
+    authorized_keys: tuple[PublicKey, ...] = Field(
+        default=(), max_length=64, description="OpenSSH public keys installed nodes accept")
 
 
 class Provisioning(Model):

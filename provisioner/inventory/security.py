@@ -1,11 +1,13 @@
 """Warnings about how the tool will talk to BMCs: credentials over plain HTTP, or TLS with
 verification turned off. Nodes whose endpoint the running lab set (loopback emulators) are
-exempt: that is what the lab is for. No I/O."""
+exempt: that is what the lab is for. And an error when nodes would be installed with no way
+in (no SSH public key). No I/O."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from provisioner.inventory.block_models import BlockKind
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import BmcProtocol
@@ -33,3 +35,19 @@ def transport_warnings(loaded: LoadedSite, emit: Emit) -> None:
                      "as the BMC and read its password",
                      "give the site's CA in tls.ca_bundle or pin tls.fingerprint_sha256",
                      severity=Severity.WARNING)
+
+
+def way_in(loaded: LoadedSite, emit: Emit) -> None:
+    """No install without a way in: the autoinstall data gives `site.ssh.user` only the keys
+    in `site.ssh.authorized_keys` (no password is ever set), so an empty list would install
+    nodes nobody can log in to."""
+    servers = [n.hostname for p in loaded.site.placements for n in p.nodes
+               if loaded.catalog.get(p.block) is None
+               or loaded.catalog[p.block].kind is not BlockKind.SWITCH]
+    if servers and not loaded.site.site.ssh.authorized_keys:
+        emit("ssh-no-way-in", ("site", "ssh") if "ssh" in loaded.site.site.model_fields_set
+             else ("site",),
+             f"no SSH public key for the {len(servers)} server(s) the tool installs: an "
+             "installed node would accept no login (no password is set)",
+             "add site.ssh.authorized_keys: ['ssh-ed25519 AAAA... admin@site'] (the public "
+             "half of the key in site.ssh.private_key_file)", at_key=True)

@@ -36,6 +36,7 @@ from provisioner.inventory.topology import (
     host_plans,
 )
 from provisioner.profile import for_site
+from provisioner.statedir import NAME as STATE_NAME
 
 __all__ = ["HostPlan", "Rendered", "ansible_host", "artifacts", "group_name", "host_plans",
            "kernel_modules_for", "render"]
@@ -222,7 +223,9 @@ def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
     env = _env()
     context = {"site": loaded.site.site.name, "version": __version__, "lab": lab,
                "skip_tags": for_site(loaded, lab=lab).skip_tags,
-               "servers": len(servers), "groups": groups_}
+               "servers": len(servers), "groups": groups_,
+               # the host keys `pxe render` generated into the nodes' autoinstall data
+               "known_hosts": (loaded.base_dir / STATE_NAME / "known_hosts").resolve()}
     write("project/ansible.cfg", env.get_template("ansible.cfg.j2").render(**context))
     write("README.md", env.get_template("render-readme.md.j2").render(**context))
     write("env/settings", _dump({"idle_timeout": 1800}))

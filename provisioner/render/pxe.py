@@ -1,8 +1,11 @@
 """Network-boot configuration for the provisioning network: dnsmasq (DHCP reservations by
-MAC, TFTP for the iPXE loader), one iPXE script per node, and Ubuntu autoinstall data
-(cloud-init NoCloud) with the node's host name, disk layout, the tool's SSH key and the
-site mirror. Rendered only; `dnsmasq --test` checks the result. Secret-free: the SSH key is
-a public key, no password is set for any user.
+MAC, TFTP for the iPXE loader), one iPXE script per node (the installer kernel and initrd
+of the release software.os names, `url=` the live-server ISO), and Ubuntu autoinstall data
+(cloud-init NoCloud; render/autoinstall.py) with the node's host name, OS disk rule, the
+site's SSH public keys, its own SSH host key and the site mirror. `dnsmasq --test` checks
+the result. No password is set for any user; the only secrets are the nodes' private host
+keys, written 0600 (hostkeys/, autoinstall/<host>/user-data) and served by `pxe serve` only
+to the node's own address.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ import jinja2
 import yaml
 
 from provisioner.errors import RenderError
+from provisioner.inventory.fields import PUBLIC_KEY_RE as _PUBLIC_KEY
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import HOSTNAME_RE, MAC_RE, Network, NetworkKind
 from provisioner.inventory.topology import servers
-from provisioner.render import TEMPLATES_DIR
+from provisioner.render import TEMPLATES_DIR, autoinstall
+from provisioner.secrets import write_private
 
-PUBLIC_KEY_RE = re.compile(
-    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/]+={0,3}( [\w.@+-]*)?$")
+PUBLIC_KEY_RE = re.compile(_PUBLIC_KEY)
 
 
 @dataclass(frozen=True)
@@ -57,10 +61,61 @@ def boot_hosts(loaded: LoadedSite, net: Network) -> tuple[list[BootHost], list[s
     return sorted(hosts, key=lambda h: h.hostname), sorted(missing)
 
 
+@dataclass(frozen=True)
+class InstallMedia:
+    """Where a node's iPXE script fetches the installer kernel and initrd, and the ISO URL
+    the installer (casper) downloads and boots from (`url=` on the kernel command line)."""
+
+    kernel_url: str
+    initrd_url: str
+    iso_url: str
+    source: str  # one line for the operator: where they come from
+
+
+def served_media(base: str, release: autoinstall.Release) -> InstallMedia:
+    """The files `pxe serve --iso` extracted and serves itself (boot.stage_iso)."""
+    root = f"{base}/ubuntu/{release.codename}"
+    return InstallMedia(f"{root}/vmlinuz", f"{root}/initrd", f"{root}/installer.iso",
+                        f"the --iso ISO (kernel and initrd extracted), served at {root}/")
+
+
+def mirror_media(loaded: LoadedSite) -> InstallMedia:
+    """From the site mirror: provisioning.iso_url is the live-server ISO there, and the
+    mirror serves that ISO's casper/vmlinuz and casper/initrd beside it (the layout of the
+    ISO unpacked next to the file)."""
+    iso_url = loaded.site.provisioning.iso_url
+    if not iso_url:
+        raise RenderError("no installer to boot: name the Ubuntu live-server ISO with --iso "
+                          "PATH, or set provisioning.iso_url (the ISO on the site mirror, with "
+                          "its casper/ directory unpacked beside it)",
+                          hint="for example: provision pxe serve --iso "
+                          "ubuntu-22.04.5-live-server-amd64.iso --interface enp1s0")
+    root = iso_url.rsplit("/", 1)[0]
+    return InstallMedia(f"{root}/casper/vmlinuz", f"{root}/casper/initrd", iso_url,
+                        f"the site mirror ({root}/)")
+
+
+def _known_hosts_line(h: BootHost, key: autoinstall.HostKey) -> str:
+    return f"{h.hostname},{h.address} {key.public.rsplit(' ', 1)[0]}"
+
+
+def write_known_hosts(path: Path, lines: dict[str, str]) -> None:
+    """Merge `lines` (host -> known_hosts line) into path: a host's old line is replaced."""
+    kept = []
+    if path.is_file():
+        kept = [ln for ln in path.read_text().splitlines()
+                if ln.split(",", 1)[0].split(" ", 1)[0] not in lines]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([*kept, *(lines[h] for h in sorted(lines))]) + "\n")
+
+
 def render_pxe(loaded: LoadedSite, out: Path, *, server: IPv4Address, http_port: int = 8080,
                interface: str = "eth0", ssh_public_key: str = "",
-               ubuntu_release: str = "jammy") -> tuple[list[Path], list[str]]:
-    """Write dnsmasq.conf, ipxe/<host>.ipxe and autoinstall/<host>/{user-data,meta-data}.
+               media: InstallMedia | None = None,
+               known_hosts: Path | None = None) -> tuple[list[Path], list[str]]:
+    """Write dnsmasq.conf, ipxe/<host>.ipxe and autoinstall/<host>/{user-data,meta-data}
+    (user-data 0600: it carries the node's private host key), the nodes' host keys under
+    hostkeys/ (0600) and known_hosts (also merged into `known_hosts` when given).
 
     Returns the files written and the servers left out (no MAC or address on the network).
     """
@@ -70,55 +125,47 @@ def render_pxe(loaded: LoadedSite, out: Path, *, server: IPv4Address, http_port:
         raise RenderError(f"PXE server {server} is outside {net.name} {net.cidr}")
     if ssh_public_key and not PUBLIC_KEY_RE.match(ssh_public_key):
         raise RenderError("the SSH key for installed nodes must be one OpenSSH public key line")
+    keys = list(dict.fromkeys([*loaded.site.site.ssh.authorized_keys,
+                               *([ssh_public_key] if ssh_public_key else [])]))
+    release = autoinstall.release_for(loaded.site.software.os)
+    base = f"http://{server}:{http_port}"
+    media = media or mirror_media(loaded)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR / "pxe")),
                              undefined=jinja2.StrictUndefined, autoescape=False,  # noqa: S701
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
-    base = f"http://{server}:{http_port}"
     context = {"site": loaded.site.site.name, "network": net, "hosts": hosts,
                "server": server, "base": base, "interface": interface, "out": out.resolve(),
-               "mirror": loaded.site.software.mirror or "", "release": ubuntu_release}
+               "release": release, "media": media}
     written: list[Path] = []
 
-    def write(rel: str, text: str) -> None:
+    def write(rel: str, text: str, private: bool = False) -> None:
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        if private:
+            write_private(path, text)
+        else:
+            path.write_text(text)
         written.append(path)
 
+    out.mkdir(parents=True, exist_ok=True)
     write("dnsmasq.conf", env.get_template("dnsmasq.conf.j2").render(**context))
+    blocks = {s.hostname: s.block for s in servers(loaded)}
+    known: dict[str, str] = {}
     for h in hosts:
         write(f"ipxe/{h.hostname}.ipxe",
               env.get_template("host.ipxe.j2").render(host=h, **context))
-        user = loaded.site.site.ssh.user
-        keys = [ssh_public_key] if ssh_public_key else []
-        # Key-only logins: cloud-init user-data instead of `identity` (which needs a crypted
-        # password); root's key, when the tool logs in as root, by a late command.
-        cloud: dict[str, object] = {"hostname": h.hostname}
-        late = [f"echo {h.hostname} > /target/etc/provisioner-installed"]
-        if user == "root":
-            cloud["disable_root"] = False
-            late += ["mkdir -p -m 700 /target/root/.ssh"] + [
-                f"echo '{k}' >> /target/root/.ssh/authorized_keys" for k in keys]
-        else:
-            cloud["users"] = [{"name": user, "lock_passwd": True, "shell": "/bin/bash",
-                               "sudo": "ALL=(ALL) NOPASSWD:ALL", "ssh_authorized_keys": keys}]
-        user_data = {
-            "autoinstall": {
-                "version": 1,
-                "user-data": cloud,
-                "ssh": {"install-server": True, "allow-pw": False},
-                "storage": {"layout": {"name": "lvm"}},
-                "network": {"version": 2, "ethernets": {"boot": {
-                    "match": {"macaddress": h.mac}, "set-name": "boot",
-                    "addresses": [f"{h.address}/{net.cidr.prefixlen}"],
-                    **({"routes": [{"to": "default", "via": str(net.gateway)}]}
-                       if net.gateway else {})}}},
-                **({"apt": {"primary": [{"arches": ["default"], "uri": context["mirror"]}],
-                            "fallback": "abort"}} if context["mirror"] else {}),
-                "late-commands": late,
-            }
-        }
+        key = autoinstall.host_key(out / "hostkeys", h.hostname)
+        known[h.hostname] = _known_hosts_line(h, key)
+        node = autoinstall.NodeInstall(
+            hostname=h.hostname, mac=h.mac, address=f"{h.address}/{net.cidr.prefixlen}",
+            gateway=str(net.gateway) if net.gateway else None, block=blocks[h.hostname])
+        doc = autoinstall.user_data(node, user=loaded.site.site.ssh.user, keys=keys, key=key,
+                                    mirror=loaded.site.software.mirror or "")
         write(f"autoinstall/{h.hostname}/user-data",
-              "#cloud-config\n" + yaml.safe_dump(user_data, sort_keys=True))
+              "#cloud-config\n" + yaml.safe_dump(doc, sort_keys=True), private=True)
         write(f"autoinstall/{h.hostname}/meta-data", f"instance-id: {h.hostname}\n")
+    write_known_hosts(out / "known_hosts", known)
+    written.append(out / "known_hosts")
+    if known_hosts is not None:
+        write_known_hosts(known_hosts, known)
     return written, missing

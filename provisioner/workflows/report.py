@@ -21,7 +21,7 @@ from provisioner.inventory.topology import HostPlan, host_plans, servers
 from provisioner.lifecycle import BEFORE_POWER_ON, POWERED, Phase, steps_from
 from provisioner.profile import Profile, for_site
 from provisioner.results import Out, dump
-from provisioner.state import NodeState, StateStore
+from provisioner.state import NodeState, StateStore, backup_dir, backups
 from provisioner.workflows.steps.bmc import blocked_racks, compare_facts
 
 PLAN_SCHEMA = "provisioner.plan/v1"
@@ -97,6 +97,15 @@ class RunView(Out):
     pid: int
 
 
+class BackupView(Out):
+    """The newest copy of the state store, taken before the latest run (state.py)."""
+
+    path: str
+    taken_at: str
+    kept: int  # copies in the backup directory, newest first, at most state.KEEP_BACKUPS
+    directory: str
+
+
 class StatusReport(Out):
     schema_: Literal["provisioner.status/v1"] = Field(alias="schema")
     site: str
@@ -107,6 +116,7 @@ class StatusReport(Out):
     nodes: list[StatusNode]
     racks: list[RackPower]
     runs: list[RunView]
+    backup: BackupView | None  # None: no run has started on this store yet
 
 
 def _iso(ts: float) -> str:
@@ -226,10 +236,14 @@ def status(loaded: LoadedSite, profile: Profile | None = None) -> StatusReport:
     runs = [RunView(id=r["id"], command=r["command"], started_at=_iso(r["started_at"]),
                     ended_at=_iso(r["ended_at"]) if r["ended_at"] else None,
                     status=r["status"], pid=r["pid"]) for r in (store.runs(10) if store else [])]
+    copies = backups(profile.state_path)
+    backup = (BackupView(path=str(copies[0].path), taken_at=_iso(copies[0].taken_at),
+                         kept=len(copies), directory=str(backup_dir(profile.state_path)))
+              if copies else None)
     return StatusReport(schema_=STATUS_SCHEMA, site=loaded.site.site.name,
                         lab=profile.lab, state_path=str(profile.state_path),
                         generated_at=_now(), phases=phases, nodes=nodes, racks=racks,
-                        runs=runs)
+                        runs=runs, backup=backup)
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:

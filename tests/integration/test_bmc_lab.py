@@ -227,8 +227,11 @@ def test_up_boots_from_virtual_media_on_the_redfish_emulator(site_copy, tmp_path
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}/installer.iso"
     site = site_copy / "site.yaml"
-    site.write_text(site.read_text()
-                    + f"\nprovisioning: {{boot: virtual_media, iso_url: '{url}'}}\n")
+    text = site.read_text()
+    old = "provisioning:\n  iso_url: http://10.250.0.1/ubuntu/22.04/ubuntu-22.04.5-live-server-amd64.iso\n"
+    assert old in text  # the example's (the PXE default); replaced, not defined twice
+    site.write_text(text.replace(
+        old, f"provisioning: {{boot: virtual_media, iso_url: '{url}'}}\n"))
     lab_mod.up(load(site_copy))
     try:
         loaded = load(site_copy)

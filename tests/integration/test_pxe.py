@@ -3,7 +3,9 @@ autoinstall data parsed back."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,10 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from provisioner.errors import RenderError
+from provisioner import boot
+from provisioner.errors import ConfigError, RenderError
 from provisioner.inventory import load
 from provisioner.render import pxe
-from tests.conftest import EXAMPLE, ROOT, requires_dnsmasq, requires_root
+from tests.conftest import EXAMPLE, ROOT, requires_dnsmasq, requires_peer, requires_root
 
 pytestmark = [pytest.mark.integration,
               requires_dnsmasq]
@@ -77,7 +80,7 @@ def test_refuses_a_private_key_and_an_outside_server(tmp_path):
 # ---------------------------------------------------------------- pxe serve, for real
 
 CLIENT = r"""
-import socket, struct, sys, urllib.request, urllib.error
+import hashlib, http.client, socket, struct, sys, urllib.request, urllib.error
 mac = bytes.fromhex(sys.argv[1].replace(":", ""))
 pkt = struct.pack("!BBBBIHH4s4s4s4s16s64s128sI", 1, 1, 6, 0, 0x1234ABCD, 0, 0x8000,
                   b"\0" * 4, b"\0" * 4, b"\0" * 4, b"\0" * 4, mac.ljust(16, b"\0"),
@@ -98,20 +101,101 @@ for _ in range(5):
         offer = socket.inet_ntoa(data[16:20])
         break
 print("offer", offer)
-for path in ("/ipxe/dgx01.ipxe", "/dnsmasq.conf"):
+for path in ("/ipxe/dgx01.ipxe", "/dnsmasq.conf", "/autoinstall/dgx01/user-data",
+             "/hostkeys/dgx01/ssh_host_ed25519_key"):
     try:
         with urllib.request.urlopen("http://10.250.0.1:8080" + path, timeout=5) as r:
             print("http", path, r.status, r.read().decode().splitlines()[0])
     except urllib.error.HTTPError as e:
         print("http", path, e.code)
+# What the iPXE script names, fetched as iPXE would: kernel, initrd, the ISO for url=.
+script = urllib.request.urlopen("http://10.250.0.1:8080/ipxe/dgx01.ipxe", timeout=5).read()
+for line in script.decode().splitlines():
+    words = line.split()
+    urls = [w for w in words if w.startswith(("http://", "url=http://"))]
+    if words and words[0] in ("kernel", "initrd"):
+        for url in urls:
+            url = url.removeprefix("url=")
+            with urllib.request.urlopen(url, timeout=5) as r:
+                print("fetched", url, hashlib.sha256(r.read()).hexdigest())
+# TFTP (RFC 1350), as firmware without iPXE does: the iPXE loader dnsmasq offers.
+t = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+t.settimeout(5)
+t.sendto(b"\0\1undionly.kpxe\0octet\0", ("10.250.0.1", 69))
+got, expect = b"", 1
+while True:
+    data, peer = t.recvfrom(4 + 512)
+    op, block = struct.unpack("!HH", data[:4])
+    if op != 3:
+        print("tftp error", data[4:].decode(errors="replace"))
+        break
+    if block == expect:
+        got += data[4:]
+        expect += 1
+    t.sendto(struct.pack("!HH", 4, block), peer)
+    if len(data) < 4 + 512:
+        print("tftp undionly.kpxe", hashlib.sha256(got).hexdigest())
+        break
+# The node's own address (the DHCP reservation) gets its autoinstall data.
+conn = http.client.HTTPConnection("10.250.0.1", 8080, timeout=5,
+                                  source_address=("10.250.0.21", 0))
+conn.request("GET", "/autoinstall/dgx01/user-data")
+resp = conn.getresponse()
+print("own", resp.status, resp.read().decode().splitlines()[0])
 """
 
 
+requires_xorriso = requires_peer(shutil.which("xorriso"), "xorriso not installed "
+                                 "(scripts/bootstrap.sh installs it)")
+requires_ipxe = requires_peer(any((d / "undionly.kpxe").is_file() for d in boot.IPXE_DIRS),
+                              "the ipxe package (iPXE loaders) is not installed "
+                              "(scripts/bootstrap.sh installs it)")
+
+
+def _live_iso(tmp_path: Path, info: str) -> tuple[Path, dict[str, str]]:
+    """An ISO 9660 image (Rock Ridge + Joliet, written by xorriso) laid out as an Ubuntu
+    live-server ISO: .disk/info, casper/vmlinuz, casper/initrd (random bytes: nothing boots
+    them here, the test checks they are served as they are). Returns it and their sha256."""
+    tree = tmp_path / "isotree"
+    (tree / "casper").mkdir(parents=True)
+    (tree / ".disk").mkdir()
+    (tree / ".disk/info").write_text(info)
+    sums = {}
+    for name, size in (("vmlinuz", 300_000), ("initrd", 700_000)):
+        data = os.urandom(size)
+        (tree / "casper" / name).write_bytes(data)
+        sums[name] = hashlib.sha256(data).hexdigest()
+    iso = tmp_path / "live-server.iso"
+    subprocess.run(["xorriso", "-as", "mkisofs", "-R", "-J", "-V", "Ubuntu-Server",
+                    "-o", str(iso), str(tree)], check=True, capture_output=True, timeout=60)
+    return iso, sums
+
+
+@requires_xorriso
+def test_stage_iso_takes_the_installer_of_the_right_release_only(tmp_path):
+    iso, sums = _live_iso(tmp_path, 'Ubuntu-Server 24.04.1 LTS "Noble Numbat" - amd64')
+    with pytest.raises(ConfigError, match=r"not Ubuntu 22\.04"):
+        boot.stage_iso(iso, tmp_path / "jammy", "22.04")
+    info = boot.stage_iso(iso, tmp_path / "noble", "24.04")
+    assert info.startswith("Ubuntu-Server 24.04.1")
+    for name, digest in sums.items():
+        assert hashlib.sha256((tmp_path / "noble" / name).read_bytes()).hexdigest() == digest
+    assert (tmp_path / "noble/installer.iso").resolve() == iso.resolve()
+    (tmp_path / "not.iso").write_bytes(b"\0" * 70_000)
+    with pytest.raises(ConfigError, match="not an ISO 9660 image"):
+        boot.stage_iso(tmp_path / "not.iso", tmp_path / "x", "24.04")
+
+
 @requires_root
-def test_pxe_serve_answers_dhcp_by_mac_and_serves_ipxe(tmp_path):
-    """`provision pxe serve` in a namespace of its own; a second namespace plays the node
-    with dgx01's MAC: dnsmasq offers dgx01's reserved address, the HTTP server hands out
-    its iPXE script and nothing outside the boot files."""
+@requires_xorriso
+@requires_ipxe
+def test_pxe_serve_answers_dhcp_by_mac_and_serves_the_installer(tmp_path):
+    """`provision pxe serve --iso` in a namespace of its own; a second namespace plays the
+    node with dgx01's MAC: dnsmasq offers dgx01's reserved address and the iPXE loader over
+    TFTP; the HTTP server hands out its iPXE script, the kernel and initrd taken from the ISO
+    and the ISO itself (what the script names), its autoinstall data to its own address
+    only, and nothing outside the boot files."""
+    iso, sums = _live_iso(tmp_path, 'Ubuntu-Server 22.04.5 LTS "Jammy Jellyfish" - amd64')
     tag = f"{os.getpid() % 10000:04d}"
     srv, cli = f"pvxs{tag}", f"pvxc{tag}"
 
@@ -127,6 +211,7 @@ def test_pxe_serve_answers_dhcp_by_mac_and_serves_ipxe(tmp_path):
         ip("-n", cli, "link", "set", "eth0", "address", "52:54:00:00:00:21")
         ip("-n", srv, "addr", "add", "10.250.0.1/24", "dev", "eth0")
         ip("-n", cli, "addr", "add", "10.250.0.200/24", "dev", "eth0")
+        ip("-n", cli, "addr", "add", "10.250.0.21/24", "dev", "eth0")  # its reservation
         for ns in (srv, cli):
             ip("-n", ns, "link", "set", "eth0", "up")
             ip("-n", ns, "link", "set", "lo", "up")
@@ -134,7 +219,7 @@ def test_pxe_serve_answers_dhcp_by_mac_and_serves_ipxe(tmp_path):
         serve = subprocess.Popen(
             ["ip", "netns", "exec", srv, sys.executable, "-m", "provisioner", "pxe", "serve",
              str(EXAMPLE), "--out", str(tmp_path / "pxe"), "--server", "10.250.0.1",
-             "--interface", "eth0", "--http-port", "8080"],
+             "--interface", "eth0", "--http-port", "8080", "--iso", str(iso)],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 30
         log = tmp_path / "pxe" / "dnsmasq.log"
@@ -147,6 +232,18 @@ def test_pxe_serve_answers_dhcp_by_mac_and_serves_ipxe(tmp_path):
         assert "offer 10.250.0.21" in proc.stdout, proc.stdout + proc.stderr + log.read_text()
         assert "http /ipxe/dgx01.ipxe 200 #!ipxe" in proc.stdout
         assert "http /dnsmasq.conf 404" in proc.stdout
+        assert "http /hostkeys/dgx01/ssh_host_ed25519_key 404" in proc.stdout
+        assert "http /autoinstall/dgx01/user-data 403" in proc.stdout  # from .200
+        assert "own 200 #cloud-config" in proc.stdout  # from .21, dgx01's address
+        root = "http://10.250.0.1:8080/ubuntu/jammy"
+        assert f"fetched {root}/vmlinuz {sums['vmlinuz']}" in proc.stdout
+        assert f"fetched {root}/initrd {sums['initrd']}" in proc.stdout
+        loader = next(d / "undionly.kpxe" for d in boot.IPXE_DIRS
+                      if (d / "undionly.kpxe").is_file())
+        assert f"tftp undionly.kpxe {hashlib.sha256(loader.read_bytes()).hexdigest()}" \
+            in proc.stdout, proc.stdout + log.read_text()[-2000:]
+        iso_sum = hashlib.sha256(iso.read_bytes()).hexdigest()
+        assert f"fetched {root}/installer.iso {iso_sum}" in proc.stdout
         pid = int((tmp_path / "pxe" / "dnsmasq.pid").read_text())
         serve.send_signal(signal.SIGTERM)
         out, _ = serve.communicate(timeout=30)

@@ -108,8 +108,9 @@ def test_gpu_model_must_be_a_label_value(write_site):
 
 
 def test_ssh_key_path_and_username(write_site):
-    text = VALID.replace("site: {name: fixture}", "site: {name: fixture, ssh: "
-                         "{private_key_file: 'id key -oProxyCommand=x'}}")
+    text = VALID.replace("ssh: {authorized_keys:", "ssh: {private_key_file: "
+                         "'id key -oProxyCommand=x', authorized_keys:")
+    assert text != VALID
     _refusal(write_site, text, "ssh.private_key_file")
     text = VALID.replace("username: admin", 'username: "ad\\nmin"')
     assert text != VALID

@@ -74,8 +74,9 @@ def test_alias_bomb_is_refused(write_site):
 
 
 def test_small_anchors_are_fine(write_site):
-    text = VALID.replace("site: {name: fixture}",
-                         "site: {name: fixture}\nx-bmc: &bmc {credentials: bmc}")
+    text = VALID.replace("site: {name: fixture,",
+                         "x-bmc: &bmc {credentials: bmc}\nsite: {name: fixture,")
+    assert text != VALID
     with pytest.raises(InventoryError) as exc:  # x-bmc is an unknown key, but no alias bomb
         load(write_site(text))
     assert exc.value.findings[0].code == "schema-extra_forbidden"

@@ -78,7 +78,8 @@ def test_validate_warns_on_plain_http_and_unverified_tls(write_site, bmc, code):
 def test_no_transport_warning_for_https_or_the_lab(tmp_path):
     site = tmp_path / "site.yaml"
     site.write_text(VALID.replace(REDFISH, REDFISH.replace("}", ", scheme: http}")).replace(
-        "site: {name: fixture}", "site: {name: fixture, lab_overlay: lab.yaml}"))
+        "site: {name: fixture,", "site: {name: fixture, lab_overlay: lab.yaml,"))
+    assert "lab_overlay" in site.read_text()
     assert any(f.code == "bmc-plain-http" for f in check(load(site)))
     (tmp_path / "lab.yaml").write_text(
         "bmc:\n  gpu01: {address: 127.0.0.1, port: 8000, scheme: http}\n")

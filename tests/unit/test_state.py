@@ -13,7 +13,14 @@ import time
 import pytest
 
 from provisioner.errors import StateError
-from provisioner.state import LIFECYCLE, SCHEMA_VERSION, Phase, StateStore, next_phase
+from provisioner.state import (
+    LIFECYCLE,
+    SCHEMA_VERSION,
+    Phase,
+    StateStore,
+    backup_dir,
+    next_phase,
+)
 
 
 @pytest.fixture
@@ -115,3 +122,37 @@ def test_kill_9_mid_transition_leaves_a_consistent_store(tmp_path):
         assert store.check_consistency() == []
         assert len(store.nodes()) == 20
     assert len(StateStore(path).events()) > 20
+
+
+def test_every_run_starts_with_a_private_online_backup(store):
+    """start_run copies the store first (SQLite online backup): the copy holds what was
+    committed before the run, is 0600 in a 0700 directory, and only the newest are kept."""
+    from provisioner.state import KEEP_BACKUPS, backup_dir, backups
+
+    assert backups(store.path) == []
+    store.enroll(["dgx01"])
+    store.transition("dgx01", Phase.INSPECTED)
+    run = store.start_run("up")
+    (first,) = backups(store.path)
+    assert oct(first.path.stat().st_mode & 0o777) == "0o600"
+    assert oct(backup_dir(store.path).stat().st_mode & 0o777) == "0o700"
+    copy = StateStore(first.path)
+    assert [(n.hostname, n.phase) for n in copy.nodes()] == [("dgx01", Phase.INSPECTED)]
+    assert copy.runs() == []  # taken before this run was recorded
+    assert copy.check_consistency() == []
+    store.transition("dgx01", Phase.BOOTING, run_id=run)
+    store.end_run(run, "ok")
+    for _ in range(KEEP_BACKUPS + 2):
+        store.start_run("up")
+    kept = backups(store.path)
+    assert len(kept) == KEEP_BACKUPS
+    assert first.path not in {b.path for b in kept}
+    # the newest copy has the phase committed by the earlier run
+    assert StateStore(kept[0].path).node("dgx01").phase is Phase.BOOTING
+
+
+def test_no_run_starts_without_a_backup(store):
+    backup_dir(store.path).write_text("in the way")  # a file where the directory goes
+    with pytest.raises(StateError, match="cannot back up"):
+        store.start_run("up")
+    assert store.runs() == []

@@ -119,6 +119,8 @@ def no_ssh_answers(monkeypatch):
     FakeDriver.on = set()
     monkeypatch.setattr(guard, "check_installed", lambda address, *_a, **_k: guard.Answer(
         guard.State.SILENT, f"no SSH answer from {address}:22 (test)"))
+    monkeypatch.setattr(guard, "ask_cluster", lambda node, *_a, **_k: guard.ClusterAnswer(
+        guard.Membership.UNREACHABLE, "no cluster reachable (test)"))
 
 
 @pytest.fixture
@@ -184,8 +186,11 @@ def test_from_phase_never_moves_a_node_forward(example_copy):
 
 def test_virtual_media_boot_mounts_the_iso_then_boots_from_cd(example_copy):
     site = example_copy / "site.yaml"
-    site.write_text(site.read_text() + "\nprovisioning:\n  boot: virtual_media\n"
-                    "  iso_url: http://mirror.example/ubuntu-22.04-live-server-amd64.iso\n")
+    text = site.read_text()
+    old = "provisioning:\n  iso_url: http://10.250.0.1/ubuntu/22.04/ubuntu-22.04.5-live-server-amd64.iso\n"
+    assert old in text  # the example's (the PXE default); replaced, not defined twice
+    site.write_text(text.replace(old, "provisioning:\n  boot: virtual_media\n"
+                    "  iso_url: http://mirror.example/ubuntu-22.04-live-server-amd64.iso\n"))
     FakeDriver.gpus = {}
     run_up(example_copy, limit="cp01")
     assert FakeDriver.calls == {"cp01": [
@@ -253,6 +258,20 @@ def test_plan_and_status_from_the_state_store(example_copy):
     assert doc["schema"] == "provisioner.status/v1"
     assert report.StatusReport.model_validate(doc) == status
     assert report.dump(plan)["schema"] == "provisioner.plan/v1"
+    assert status.backup is None  # no run yet
+    store.start_run("up")
+    backup = report.status(loaded).backup
+    assert backup is not None and backup.kept == 1
+    assert Path(backup.path).parent == Path(str(store.path) + ".backups")
+    assert StateStore(Path(backup.path)).node("dgx01").phase is Phase.READY
+    from typer.testing import CliRunner
+
+    from provisioner.cli import app
+    cli = CliRunner()
+    doc = json.loads(cli.invoke(app, ["status", str(example_copy), "--json"]).stdout)
+    assert doc["backup"]["path"] == backup.path
+    text = cli.invoke(app, ["status", str(example_copy)], terminal_width=400).stdout
+    assert "state backup" in text and Path(backup.path).name in text
 
 
 def test_the_documented_schemas_are_the_code_s():
@@ -363,7 +382,17 @@ def test_an_installed_node_is_never_powered_off_or_rebooted(example_copy, monkey
 def test_reinstall_names_the_installed_node_and_it_boots(example_copy, monkeypatch):
     FakeDriver.gpus = {"dgx01": 8, "dgx02": 8}
     FakeDriver.on = {"dgx01", "dgx02"}
-    answer_as_installed(monkeypatch, {"dgx01", "dgx02"})
+    asked = answer_as_installed(monkeypatch, {"dgx01", "dgx02"})
+    installed_check = guard.check_installed
+
+    def reinstalled(address: str, login: guard.Login, timeout_s: float = 5.0) -> guard.Answer:
+        """Installed when the boot step asks; after it, the installer runs (no marker yet):
+        wait_os times out instead of running the playbooks against hosts that do not exist."""
+        if address in asked:
+            return guard.Answer(guard.State.NOT_INSTALLED, f"no marker on {address}")
+        return installed_check(address, login, timeout_s)
+
+    monkeypatch.setattr(guard, "check_installed", reinstalled)
     result, _ = run_up(example_copy, reinstall="dgx0*,!dgx02")
     assert FakeDriver.calls["dgx01"] == ["facts", "boot pxe once", "power off", "power on"]
     assert FakeDriver.calls["dgx02"] == ["facts"]
@@ -416,3 +445,55 @@ def test_the_marker_wait_os_reads_is_the_one_autoinstall_and_the_lab_write(tmp_p
     auto = yaml.safe_load((tmp_path / "autoinstall/dgx01/user-data").read_text())["autoinstall"]
     assert f"echo dgx01 > /target{guard.MARKER}" in auto["late-commands"]
     assert lab_hosts.INSTALL_MARKER == guard.MARKER
+
+
+def test_a_kubernetes_member_is_installed_whatever_ssh_says():
+    """The decision alone, from injected answers (the lab has no API server)."""
+    silent = guard.Answer(guard.State.SILENT, "no SSH answer from 10.0.0.5:22")
+    bare = guard.Answer(guard.State.NOT_INSTALLED, "logged in on 10.0.0.5:22; no marker")
+    for membership in (guard.Membership.READY, guard.Membership.NOT_READY):
+        verdict = guard.decide(silent, guard.ClusterAnswer(membership, "node dgx01, Ready=x"))
+        assert verdict.installed and "a Kubernetes node: node dgx01" in verdict.detail
+    unreachable = guard.ClusterAnswer(guard.Membership.UNREACHABLE, "no cluster reachable (x)")
+    verdict = guard.decide(bare, unreachable)
+    assert verdict.state is guard.State.NOT_INSTALLED
+    assert verdict.detail.endswith("no cluster reachable (x), relying on the SSH install marker")
+    absent = guard.decide(silent, guard.ClusterAnswer(guard.Membership.ABSENT, "no node"))
+    assert absent.state is guard.State.SILENT and absent.detail.endswith("not a member")
+    assert guard.decide(bare, None) == bare
+    login = guard.Login(user="ubuntu", port=22, key_file=None, accept_any_host_key=False)
+    assert guard.ready_command("dgx01", login) == (
+        "sudo -n kubectl --kubeconfig /etc/kubernetes/admin.conf get node dgx01 -o "
+        "jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}'")
+
+
+def test_up_refuses_a_ready_kubernetes_node_without_its_marker(example_copy, monkeypatch):
+    """dgx01 is on, its SSH login finds no marker (a node installed some other way), but the
+    cluster has it Ready: refused, nothing changed; dgx02, not a member, boots. The control
+    planes are asked, the node itself never first."""
+    FakeDriver.gpus = {"dgx01": 8, "dgx02": 8}
+    FakeDriver.on = {"dgx01", "dgx02"}
+    monkeypatch.setattr(guard, "check_installed", lambda address, *_a, **_k: guard.Answer(
+        guard.State.NOT_INSTALLED, f"logged in on {address}:22; no install marker"))
+    asked: list[tuple[str, list[str]]] = []
+
+    def cluster(node: str, planes, login, timeout_s: float = 5.0) -> guard.ClusterAnswer:
+        asked.append((node, [name for name, _ in planes]))
+        if node == "dgx01":
+            return guard.ClusterAnswer(guard.Membership.READY, "the cluster (asked on cp01) "
+                                       "has node dgx01, Ready=True")
+        return guard.ClusterAnswer(guard.Membership.ABSENT, f"no node {node}")
+
+    monkeypatch.setattr(guard, "ask_cluster", cluster)
+    result, _ = run_up(example_copy, limit="dgx0*")
+    by = {n.hostname: n for n in result.nodes}
+    assert FakeDriver.calls["dgx01"] == ["facts"]
+    assert by["dgx01"].failed_phase is Phase.INSPECTED and by["dgx01"].reason is not None
+    assert "a Kubernetes node: the cluster (asked on cp01) has node dgx01, Ready=True" in (
+        by["dgx01"].reason)
+    assert FakeDriver.calls["dgx02"] == ["facts", "boot pxe once", "power off", "power on"]
+    boot = next(e for e in StateStore(result.state_path).events("dgx02")
+                if e.to_phase == "booting")
+    assert boot.detail["cluster"] == "absent"
+    planes = [s.hostname for s in up_mod.servers(load(EXAMPLE)) if s.control_plane]
+    assert planes and all(sorted(names) == sorted(planes) for _, names in asked)

@@ -71,12 +71,20 @@ def test_very_deep_nesting_does_not_crash_the_process(tmp_path, opener):
     assert "nested too deeply" in r.stderr and "site.yaml:" in r.stderr
 
 
+def _after_site(text: str, line: str) -> str:
+    """text with `line` added after its one-line `site: {...}` mapping."""
+    lines = text.split("\n")
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("site: {name: fixture,"))
+    return "\n".join([*lines[:at + 1], line, *lines[at + 1:]])
+
+
 @pytest.mark.parametrize("brk", ["\x85", "\u2028", "\u2029"])
 def test_line_numbers_count_only_real_line_ends(write_site, brk):
     """libyaml counts NEL/LS/PS as line breaks; editors and grep do not: report the line
     an editor shows."""
-    text = VALID.replace("site: {name: fixture}",
-                         f'site: {{name: fixture, description: "a{brk}b{brk}c"}}\nbogus: 1')
+    text = _after_site(VALID.replace(
+        "site: {name: fixture,", f'site: {{name: fixture, description: "a{brk}b{brk}c",'),
+        "bogus: 1")
     with pytest.raises(InventoryError) as exc:
         load(write_site(text))
     f = exc.value.findings[0]
@@ -86,7 +94,7 @@ def test_line_numbers_count_only_real_line_ends(write_site, brk):
 
 @pytest.mark.parametrize("brk", ["\r\n", "\r"])
 def test_line_numbers_with_crlf_and_cr(write_site, brk):
-    text = VALID.replace("site: {name: fixture}", "site: {name: fixture}\nbogus: 1")
+    text = _after_site(VALID, "bogus: 1")
     with pytest.raises(InventoryError) as exc:
         load(write_site(text.replace("\n", brk)))
     f = exc.value.findings[0]

@@ -128,16 +128,26 @@ class Inspect:
 
 def refuse_installed(ctx: Context, host: str, reinstall: frozenset[str]) -> dict[str, Any]:
     """The guard before any boot override or power change: a node that answers as installed
-    (guard.check_installed) is refused unless named by --reinstall. Returns what was found
-    (recorded with the boot step)."""
+    (guard.check_installed) or that the cluster has as a member (guard.ask_cluster, asked
+    only when SSH did not already say installed) is refused unless named by --reinstall.
+    Returns what was found (recorded with the boot step)."""
     address = ansible_host(ctx.plans[host].node)
     if address is None:
         return {"installed_check": "no management address"}
-    answer = guard.check_installed(address, guard.login_for(ctx.loaded, ctx.profile))
+    login = guard.login_for(ctx.loaded, ctx.profile)
+    answer = guard.check_installed(address, login)
+    cluster = None
+    if answer.state not in (guard.State.INSTALLED, guard.State.UNVERIFIED):
+        planes = [(p.hostname, a) for p in ctx.plans.values() if p.control_plane
+                  and (a := ansible_host(p.node)) is not None]
+        planes.sort(key=lambda p: p[0] == host)  # the node itself last
+        cluster = guard.ask_cluster(host, planes, login)
+        answer = guard.decide(answer, cluster)
     if answer.state in (guard.State.INSTALLED, guard.State.UNVERIFIED) and host not in reinstall:
         raise StepFailed(f"{answer.detail}; refusing to reinstall: name it with "
                          f"--reinstall {host}")
     return {"installed_check": answer.state.value,
+            **({"cluster": cluster.membership.value} if cluster else {}),
             **({"reinstall": True} if host in reinstall else {})}
 
 
