@@ -141,10 +141,10 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
         selected = {n.hostname for n in the_plan.nodes}
         for h in sorted(selected):  # a node a failed upgrade left behind is retried
             out = journal.outcomes[h]
-            if out.phase is Phase.FAILED and out.failed_phase in MID_OR_READY:
-                journal.restart(h, out.failed_phase, {"retry": True, "last_reason": out.reason})
-                journal.emit(Progress(h, "upgrade", "note",
-                                      f"retrying from {out.failed_phase.value}"))
+            back_to = out.failed_phase  # read before restart() resets the outcome
+            if out.phase is Phase.FAILED and back_to is not None and back_to in MID_OR_READY:
+                journal.restart(h, back_to, {"retry": True, "last_reason": out.reason})
+                journal.emit(Progress(h, "upgrade", "note", f"retrying from {back_to.value}"))
         todo = [n.hostname for n in the_plan.nodes
                 if (n.changes and journal.phase(n.hostname) is Phase.READY)
                 or journal.phase(n.hostname) in MID_OR_READY - {Phase.READY}]
