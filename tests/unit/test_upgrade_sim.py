@@ -8,13 +8,15 @@ failures at random steps, slow drains, PDBs that never release. Invariants:
 - no batch starts once the failure budget is spent, and a run that did not try every node
   stopped for the budget or for --max-unavailable, and said which.
 
-max_examples is 150 per run (about 10-20 s here); hypothesis draws new scenarios on every
+max_examples is 150 per run (about 10 s on the shared 2-core machine; each scenario starts
+from a copy of one ready store); hypothesis draws new scenarios on every
 run, so CI covers thousands over a week of runs.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
 import tempfile
 import threading
 from collections import Counter
@@ -38,6 +40,7 @@ from provisioner.workflows.engine import Journal
 FATES = ("ok", "ok", "ok", "slow_drain", "cordon", "drain_blocked", "install", "not_ready",
          "host_gate")
 DRAIN_TIMEOUT_S = 50.0
+SHM = "/dev/shm" if Path("/dev/shm").is_dir() else None
 RETRY_S = 10.0
 
 
@@ -169,6 +172,24 @@ def ready_store(path: Path, hosts: list[str]) -> StateStore:
     return store
 
 
+ALL_HOSTS = [f"r{r}n{i}" for r in range(4) for i in range(7)]  # every host a scenario draws
+_TEMPLATE: list[Path] = []
+
+
+def ready_copy(path: Path) -> StateStore:
+    """A store with every possible host ready, copied from one built once: building it per
+    scenario (enroll and six moves per host) was most of the test's time. Hosts a scenario
+    does not use stay ready and untouched."""
+    if not _TEMPLATE:
+        tmp = Path(tempfile.mkdtemp(dir=SHM))
+        ready_store(tmp / "state.db", ALL_HOSTS)
+        _TEMPLATE.append(tmp)
+    for f in _TEMPLATE[0].iterdir():
+        if f.name.startswith("state.db"):
+            shutil.copyfile(f, path.parent / f.name)
+    return StateStore(path)
+
+
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenarios())
@@ -179,9 +200,8 @@ def test_rolling_upgrade_invariants(sc: dict[str, Any]) -> None:
     sim = SimCluster(fates, domains, limits, cps)  # a PDB blocks, whatever the operator says
     if sc["fallback"]:  # the operator allowed deleting blocked pods: the drain goes through
         fates = {h: ("ok" if f == "drain_blocked" else f) for h, f in fates.items()}
-    with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None
-                                     ) as tmp:
-        store = ready_store(Path(tmp) / "state.db", hosts)
+    with tempfile.TemporaryDirectory(dir=SHM) as tmp:
+        store = ready_copy(Path(tmp) / "state.db")
         run_id = store.start_run("upgrade apply (simulated)")
         journal = Journal(store, run_id, None)
         journal.load(hosts)
