@@ -24,6 +24,9 @@ class ExitCode(IntEnum):
     STATE = 8
     NODES_FAILED = 9  # `provision up` finished, and at least one node failed (others went on)
     FABRIC = 10  # hosts and switches disagree on RoCE QoS, or a switch push failed
+    UPGRADE_REFUSED = 11  # `upgrade plan/apply`: the bundle breaks a rule; nothing was touched
+    FAILURE_BUDGET = 12  # `upgrade apply` stopped: --max-failures nodes failed their upgrade
+    KUBE = 13  # the Kubernetes API refused or did not answer
     INTERRUPTED = 130
 
 
@@ -87,6 +90,26 @@ class FabricError(ProvisionerError):
     """The RoCE fabric is inconsistent (host vs switch) or a switch operation failed."""
 
     exit_code = ExitCode.FABRIC
+
+
+class UpgradeRefused(ProvisionerError):
+    """`upgrade plan` found a rule the bundle breaks (DOMAIN.md §3-§4); carries them."""
+
+    exit_code = ExitCode.UPGRADE_REFUSED
+
+    def __init__(self, message: str, *, refusals: list[Any] | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.refusals = refusals or []
+
+
+class KubeError(ProvisionerError):
+    """The Kubernetes API answered with an error or not at all (never with a token)."""
+
+    exit_code = ExitCode.KUBE
+
+    def __init__(self, message: str, *, status: int | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.status = status
 
 
 class Interrupted(ProvisionerError):

@@ -13,10 +13,13 @@ or deleted later can be put back from there (`provision status` names the newest
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -34,7 +37,7 @@ __all__ = ["KEEP_BACKUPS", "LIFECYCLE", "SCHEMA_VERSION", "Backup", "Event", "No
 KEEP_BACKUPS = 5  # copies of the state store kept, one per run, newest first
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIGRATIONS: dict[int, str] = {
     1: """
     CREATE TABLE nodes (
@@ -68,7 +71,28 @@ MIGRATIONS: dict[int, str] = {
     CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
         BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
     """,
+    # The site lease (`lease`): one row while a changing run holds the site.
+    2: """
+    CREATE TABLE lease (
+        id           INTEGER PRIMARY KEY CHECK (id = 1),
+        command      TEXT NOT NULL,
+        host         TEXT NOT NULL,
+        pid          INTEGER NOT NULL,
+        started_at   REAL NOT NULL,
+        heartbeat_at REAL NOT NULL
+    );
+    """,
 }
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 @dataclass(frozen=True)
@@ -255,6 +279,60 @@ class StateStore:
             yield
         finally:
             os.close(fd)  # releases the lock; the kernel also releases it if we are killed
+
+    @contextmanager
+    def lease(self, command: str, *, stale_after_s: float = 600.0,
+              heartbeat_s: float = 30.0) -> Iterator[list[str]]:
+        """The site lease, in the database: one changing run per site even when CI runners
+        on several machines share the state (where `exclusive`'s flock may not reach). It
+        survives a crash (the row stays); a holder is stale when it ran on this machine and
+        its process is gone, or, on another machine, when its heartbeat is older than
+        `stale_after_s`. A stale lease is taken over and said so (the notes yielded)."""
+        me, pid, notes = socket.gethostname(), os.getpid(), []
+        with self._tx() as db:
+            row = db.execute("SELECT command, host, pid, started_at, heartbeat_at FROM lease"
+                             " WHERE id = 1").fetchone()
+            if row is not None:
+                cmd, host, hpid, started, last_beat = row
+                age_s = time.time() - float(last_beat)
+                alive = _pid_alive(int(hpid)) if host == me else age_s < stale_after_s
+                if alive:
+                    raise StateError(
+                        f"the site is held by `{cmd}` (pid {hpid} on {host}, since "
+                        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(started))} UTC)",
+                        hint="wait for it to finish; a crashed holder's lease is taken over "
+                        f"once its process is gone (or after {stale_after_s:g} s without a "
+                        "heartbeat from another machine)")
+                why = ("its process is gone" if host == me
+                       else f"no heartbeat for {age_s:.0f} s")
+                notes.append(f"took over the stale lease of `{cmd}` (pid {hpid} on {host}): "
+                             f"{why}")
+            now = time.time()
+            db.execute("INSERT OR REPLACE INTO lease (id, command, host, pid, started_at, "
+                       "heartbeat_at) VALUES (1, ?, ?, ?, ?, ?)", (command, me, pid, now, now))
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(heartbeat_s):
+                with contextlib.suppress(sqlite3.Error), self._tx() as db:
+                    db.execute("UPDATE lease SET heartbeat_at = ? WHERE id = 1 AND host = ? "
+                               "AND pid = ?", (time.time(), me, pid))
+
+        threading.Thread(target=beat, daemon=True, name="lease-heartbeat").start()
+        try:
+            yield notes
+        finally:
+            done.set()
+            with self._tx() as db:
+                db.execute("DELETE FROM lease WHERE id = 1 AND host = ? AND pid = ?",
+                           (me, pid))
+
+    def lease_holder(self) -> dict[str, Any] | None:
+        with self._connect() as db:
+            row = db.execute("SELECT command, host, pid, started_at, heartbeat_at FROM lease"
+                             " WHERE id = 1").fetchone()
+        return None if row is None else dict(zip(
+            ("command", "host", "pid", "started_at", "heartbeat_at"), row, strict=True))
 
     # -------------------------------------------------------- nodes
 

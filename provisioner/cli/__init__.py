@@ -8,7 +8,7 @@ import typer
 
 import provisioner.cli.report as report_cli
 from provisioner import __version__
-from provisioner.cli import bmc, fabric, inventory, lab, pxe, up
+from provisioner.cli import bmc, fabric, inventory, lab, pxe, up, upgrade
 from provisioner.cli.common import STATE
 from provisioner.cli.render import render
 from provisioner.cli.run import run
@@ -17,7 +17,8 @@ app = typer.Typer(
     name="provision",
     help="Take racks of GPU servers from bare metal to a GPU Kubernetes cluster.",
     epilog="Exit codes: 0 ok, 1 internal error, 2 usage or config, 3 inventory, 4 budget, "
-    "5 BMC, 6 render, 7 playbook, 8 state, 9 nodes failed in up, 10 fabric, 130 interrupted.",
+    "5 BMC, 6 render, 7 playbook, 8 state, 9 nodes failed in up or upgrade, 10 fabric, "
+    "11 upgrade refused, 12 failure budget spent, 13 Kubernetes API, 130 interrupted.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,  # locals may hold credentials
@@ -55,6 +56,7 @@ app.add_typer(bmc.app, name="bmc")
 app.add_typer(fabric.app, name="fabric")
 app.add_typer(lab.app, name="lab")
 app.add_typer(pxe.app, name="pxe")
+app.add_typer(upgrade.app, name="upgrade")
 report_cli.register(app)
 
 

@@ -159,6 +159,7 @@ def _inventory_files(root: Path) -> list[Path]:
         p for p in root.rglob("*")
         if p.suffix in (".yaml", ".yml") and p.is_file()
         and not any(part.startswith((".", "_")) for part in p.relative_to(root).parts)
+        and p.relative_to(root).parts[0] != "bundles"  # release bundles: bundle_models.py
     )
     if not files:
         raise InventoryError(f"{root}: no *.yaml files in this directory",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.results import fabric, site, workflow
+from provisioner.results import fabric, site, upgrade, workflow
 from provisioner.results.base import Out, dump, schema_id
 from provisioner.results.fabric import check_report, switches_report
 from provisioner.results.site import (
@@ -43,7 +43,8 @@ __all__ = ["Artifact", "ArtifactsReport", "BmcReport", "CatalogReport", "LabRepo
            "lab_report", "power_report", "run_report", "site_report", "switches_report",
            "up_event", "up_report", "validate_report"]
 
-RESULTS: tuple[type[Out], ...] = workflow.RESULTS + site.RESULTS + fabric.RESULTS
+RESULTS: tuple[type[Out], ...] = (workflow.RESULTS + site.RESULTS + fabric.RESULTS
+                                  + upgrade.RESULTS)
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:

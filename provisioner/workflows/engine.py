@@ -366,18 +366,33 @@ class BatchStage:
     serial: int | str
     first: Sequence[str] = ()
     max_failures: int | None = None
+    # Chooses each next batch from the hosts not yet run, after the last batch ended (an
+    # upgrade's failure-domain limits depend on what failed); an empty answer stops the
+    # stage. Without it the batches are fixed up front by `serial` and `first`.
+    pick: Callable[[Sequence[str]], list[str]] | None = None
 
     def run(self, journal: Journal, hosts: Sequence[str], stop: threading.Event
             ) -> BatchOutcome:
         todo = [h for h in hosts if journal.phase(h) is self.source]
+        fixed = None if self.pick else batches(todo, self.serial, self.first)
         ran: list[list[str]] = []
-        for batch in batches(todo, self.serial, self.first):
+        done: set[str] = set()
+        while len(done) < len(todo):
             if stop.is_set():
                 return BatchOutcome(ran, "stop requested")
             failed = sum(journal.phase(h) is Phase.FAILED for b in ran for h in b)
             if self.max_failures is not None and failed >= self.max_failures:
                 return BatchOutcome(ran, f"failure budget spent: {failed} failed, "
                                     f"{self.max_failures} allowed")
+            if fixed is not None:
+                batch = fixed[len(ran)]
+            else:
+                assert self.pick is not None
+                batch = self.pick([h for h in todo if h not in done])
+                if not batch:
+                    return BatchOutcome(ran, "no node may go down now without exceeding "
+                                        "--max-unavailable or control-plane quorum")
             self.run_batch(batch)
             ran.append(batch)
+            done.update(batch)
         return BatchOutcome(ran, None)

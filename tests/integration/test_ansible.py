@@ -25,7 +25,8 @@ def test_ansible_lint_production_profile():
     assert "Profile 'production' was required, and it passed" in proc.stderr
 
 
-@pytest.mark.parametrize("playbook", ["site.yml", "validate.yml", "verify.yml", "ping.yml"])
+@pytest.mark.parametrize("playbook", ["site.yml", "validate.yml", "verify.yml", "ping.yml",
+                                      "upgrade_gate.yml", "upgrade_reboot.yml"])
 def test_rendered_project_passes_syntax_check(tmp_path, playbook):
     out = render.render(load(EXAMPLE), tmp_path / "out", lab=True).out
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "../inventory", playbook,

@@ -1,0 +1,90 @@
+"""How close is `upgrade plan`'s schedule to the best possible one?
+
+For a simulated site of 1,000 nodes (3 control planes, the rest GPU workers in racks, each
+rack a failure domain) and the plan's per-step durations (provisioner.upgrade.plan.
+Durations: cordon, drain, roles, reboot, gate, uncordon), lays the batches out with the
+same scheduler `upgrade apply` picks them with, and prints, side by side in this one run:
+
+- planned total time (batches one after the other, each as long as its slowest node);
+- the lower bound ceil(N / max_unavailable) x per-node time, max_unavailable being the sum
+  of the per-rack limits (no schedule can have more nodes down at once);
+- their ratio (goal <= 1.1), and the bound that also respects failure domains
+  (max over racks of ceil(rack size / rack limit) rounds), which no schedule beats either.
+
+    python bench/upgrade_sim.py [--nodes 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections import Counter
+
+from provisioner.upgrade.plan import Durations
+from provisioner.upgrade.schedule import Scheduler, lower_bound_s, planned_s
+
+CONTROL_PLANES = 3
+
+
+def site(nodes: int, racks: list[int]) -> tuple[dict[str, str], frozenset[str]]:
+    """Hosts -> rack, for `nodes` nodes spread over racks of the given relative sizes."""
+    workers = nodes - CONTROL_PLANES
+    total = sum(racks)
+    sizes = [workers * r // total for r in racks]
+    for i in range(workers - sum(sizes)):  # the remainder, one more node per rack
+        sizes[i] += 1
+    domains = {f"cp{i:02d}": f"cprack{i}" for i in range(1, CONTROL_PLANES + 1)}
+    for r, size in enumerate(sizes):
+        domains |= {f"r{r:02d}n{i:03d}": f"r{r:02d}" for i in range(size)}
+    return domains, frozenset(h for h in domains if h.startswith("cp"))
+
+
+def run(name: str, nodes: int, racks: list[int], max_unavailable: int | str,
+        batch: int | str) -> None:
+    domains, cps = site(nodes, racks)
+    sched = Scheduler(domains, cps, batch=batch, max_unavailable=max_unavailable)
+    d = Durations()
+    node_s = {h: d.node_s(reboot=h not in cps) for h in domains}  # driver change on GPUs
+    t0 = time.perf_counter()
+    layout = sched.layout(list(domains))
+    took_s = time.perf_counter() - t0
+    assert sum(len(b) for b in layout) == nodes, "every node is scheduled"
+    planned = planned_s(layout, node_s)
+    limits = sched.domain_limits()
+    racks_ = {d for h, d in domains.items() if h not in cps}
+    workers = nodes - len(cps)
+    # Nodes the rule lets down at once: the racks' limits, capped by the batch size.
+    unavailable = min(sum(limits[d] for d in racks_), sched.worker_batch_size(workers))
+    per_node_s = max(node_s.values())
+    bound = lower_bound_s(nodes, unavailable, per_node_s)  # the issue's bound
+    # What the rules themselves cost and no schedule avoids: control planes one at a time
+    # first, and no rack past its limit.
+    sizes = Counter(d for h, d in domains.items() if h not in cps)
+    rack_rounds = [math.ceil(n / limits[d]) for d, n in sizes.items()]
+    rounds = max([math.ceil(workers / unavailable), *rack_rounds])
+    rule_bound = sum(node_s[h] for h in cps) + rounds * per_node_s
+    print(f"{name:<38} {nodes:>5} {len(racks_):>5} {max_unavailable!s:>5} {unavailable:>5} "
+          f"{len(layout):>7} {planned / 3600:>7.2f} {bound / 3600:>7.2f} "
+          f"{planned / bound:>6.3f} {planned / rule_bound:>7.3f} {took_s * 1000:>6.0f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=1000)
+    n = ap.parse_args().nodes
+    print(f"per-node time: {Durations().node_s(True):.0f} s with a reboot, "
+          f"{Durations().node_s(False):.0f} s without (control planes)")
+    print(f"{'scenario':<38} {'nodes':>5} {'racks':>5} {'maxU':>5} {'U':>5} "
+          f"{'batches':>7} {'plan_h':>7} {'bound_h':>7} {'ratio':>6} {'r_rules':>7} "
+          f"{'lay_ms':>6}")
+    run("32 equal racks, 2 per rack", n, [1] * 32, 2, "100%")
+    run("32 equal racks, 10% per rack", n, [1] * 32, "10%", "100%")
+    run("32 equal racks, 1 per rack", n, [1] * 32, 1, "100%")
+    run("64 equal racks, 1 per rack, batch 32", n, [1] * 64, 1, 32)
+    run("20 equal racks, 5 per rack", n, [1] * 20, 5, "100%")
+    run("uneven racks (1x..2x), 2 per rack", n, [1, 2] * 16, 2, "100%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Release bundles: a named, versioned set of pinned versions a site upgrades to as one.
+
+A bundle is a file `bundles/<name>.yaml` beside the site. It pins every layer the roles
+install, so `provision upgrade plan` can check the set as a whole (CUDA against the
+driver, fabric manager and NSCQ equal to the driver, Kubernetes one minor at a time)
+before anything runs. Loading gives file:line:column for every bad key, as the site does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError
+
+from provisioner.errors import ConfigError, InventoryError
+from provisioner.inventory.fields import KubeVersion, Model
+from provisioner.inventory.loader import SourceMap, _schema_findings, _Segment
+from provisioner.inventory.software_models import NvidiaDriver, Version
+from provisioner.inventory.yamlsafe import parse
+
+BUNDLE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+BUNDLE_DIR = "bundles"
+
+
+class BundleInfo(Model):
+    name: str = Field(pattern=BUNDLE_NAME_RE.pattern, description="the name --to takes")
+    description: str = ""
+    previous: str | None = Field(default=None, pattern=BUNDLE_NAME_RE.pattern,
+                                 description="the bundle this one replaces (rollback target)")
+
+
+class Charts(Model):
+    """Helm chart versions of the operators (deployed by the cluster layer)."""
+
+    gpu_operator: str | None = Field(default=None, pattern=r"^v?\d+(\.\d+){1,2}$")
+    network_operator: str | None = Field(default=None, pattern=r"^v?\d+(\.\d+){1,2}$")
+
+
+class Bundle(Model):
+    """Every pinned version of one release of the site's software stack."""
+
+    bundle: BundleInfo
+    nvidia_driver: NvidiaDriver = Field(description="branch and exact version")
+    fabric_manager: Version | None = Field(
+        default=None, description="nvidia-fabricmanager; must equal the driver (NVSwitch)")
+    nscq: Version | None = Field(default=None, description="libnvidia-nscq; equals the driver")
+    imex: Version | None = Field(default=None, description="nvidia-imex (GB200/GB300)")
+    cuda: Version
+    doca: Version | None = None
+    dcgm: Version | None = None
+    container_toolkit: Version | None = None
+    containerd: Version | None = None
+    kubernetes: KubeVersion
+    charts: Charts = Charts()
+
+    @property
+    def name(self) -> str:
+        return self.bundle.name
+
+    def components(self) -> dict[str, str | None]:
+        """Component -> pinned version, the rows `plan` compares."""
+        return {
+            "nvidia_driver": self.nvidia_driver.version or self.nvidia_driver.branch,
+            "kernel_modules": self.nvidia_driver.kernel_modules,
+            "fabric_manager": self.fabric_manager, "nscq": self.nscq, "imex": self.imex,
+            "cuda": self.cuda, "doca": self.doca, "dcgm": self.dcgm,
+            "container_toolkit": self.container_toolkit, "containerd": self.containerd,
+            "kubernetes": self.kubernetes, "gpu_operator": self.charts.gpu_operator,
+            "network_operator": self.charts.network_operator,
+        }
+
+
+@dataclass(frozen=True)
+class LoadedBundle:
+    bundle: Bundle
+    path: Path
+    sources: SourceMap
+
+
+def bundle_path(site_dir: Path, name: str) -> Path:
+    if not BUNDLE_NAME_RE.match(name):
+        raise ConfigError(f"bundle name {name!r} is not a valid name",
+                          hint="letters, digits, '.', '_' and '-'; for example 2026.11")
+    return site_dir / BUNDLE_DIR / f"{name}.yaml"
+
+
+def available(site_dir: Path) -> list[str]:
+    folder = site_dir / BUNDLE_DIR
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def load_bundle(site_dir: Path, name: str) -> LoadedBundle:
+    """Read and validate `bundles/<name>.yaml`; an InventoryError names file:line and key."""
+    path = bundle_path(site_dir, name)
+    display = str(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        have = ", ".join(available(site_dir)) or "none"
+        raise ConfigError(f"no bundle {name!r}: {display} does not exist",
+                          hint=f"bundles of this site: {have}") from None
+    except OSError as exc:
+        raise InventoryError(f"{display}: cannot read: {exc.strerror}") from None
+    data, node, lines, _ = parse(raw, display)
+    smap = SourceMap(files=[display], lines={display: lines})
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode):
+                smap.segments[k.value] = [_Segment(display, k, v, 0)]
+    if not isinstance(data, dict):
+        raise InventoryError(f"{display}:1:1: a bundle is a mapping of component: version",
+                             hint="see docs/upgrade.md for the format")
+    try:
+        bundle = Bundle.model_validate(data)
+    except ValidationError as exc:
+        findings = _schema_findings(exc, smap)
+        raise InventoryError(f"{display}: {findings[0].format()}" if findings else display,
+                             findings=findings) from None
+    if bundle.bundle.name != name:
+        loc = smap.locate(("bundle", "name"))
+        raise InventoryError(f"{loc}: bundle.name is {bundle.bundle.name!r} but the file is "
+                             f"{name}.yaml", hint="make the name and the file name agree")
+    return LoadedBundle(bundle, path, smap)
+
+
+def from_software(software: Any, name: str = "site") -> Bundle:
+    """The versions the site's `software:` section pins, as a bundle (the starting point
+    when no bundle has been applied yet). Missing pins stay None."""
+    drv = software.nvidia_driver or NvidiaDriver(branch="000")
+    version = drv.version
+    return Bundle(
+        bundle=BundleInfo(name=name),
+        nvidia_driver=drv,
+        fabric_manager=software.fabric_manager.version or version,
+        nscq=version, imex=None, cuda=software.cuda or "0",
+        doca=software.doca, dcgm=software.dcgm.version,
+        kubernetes=software.kubernetes.version if software.kubernetes else "0.0.0",
+    )

@@ -1,0 +1,60 @@
+"""Kubernetes through one interface: what a rolling upgrade asks of the cluster.
+
+`KubeClient` is the Protocol the upgrade steps call (cordon, pods on a node, evict, delete,
+uncordon, Ready, allocatable GPUs, PDBs); `official.OfficialClient` implements it with the
+official `kubernetes` Python client, the only module that imports it. The lab and the tests
+have no API server: they run `standin.StandInApiServer`, a small HTTP server that answers
+the same API paths the client calls (429 for an eviction a PodDisruptionBudget blocks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+# The extended resource the NVIDIA device plugin advertises (k8s-device-plugin README).
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+class Eviction(StrEnum):
+    EVICTED = "evicted"  # 201: the API server accepted the eviction
+    BLOCKED = "blocked"  # 429: a PodDisruptionBudget does not allow it now
+    GONE = "gone"  # 404: the pod is already gone
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    owner_kind: str | None = None  # DaemonSet pods are not evicted (kubectl drain's rule)
+    mirror: bool = False  # static pods (mirror pods) cannot be evicted
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    ready: bool
+    unschedulable: bool
+    allocatable_gpus: int
+    kubelet_version: str | None
+
+
+class KubeClient(Protocol):
+    """The cluster operations of a rolling upgrade; errors are KubeError."""
+
+    def cordon(self, node: str) -> None: ...
+
+    def uncordon(self, node: str) -> None: ...
+
+    def pods_on(self, node: str) -> list[PodRef]: ...
+
+    def evict(self, pod: PodRef, grace_s: int | None = None) -> Eviction: ...
+
+    def delete(self, pod: PodRef) -> None: ...
+
+    def health(self, node: str) -> NodeHealth: ...
+
+    def pdbs(self) -> list[str]: ...

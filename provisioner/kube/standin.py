@@ -1,0 +1,201 @@
+"""A stand-in Kubernetes API server for the lab and the tests (never for a real cluster).
+
+These machines have no API server, so the lab and the tests run this one: an HTTP server
+that answers the API paths `official.OfficialClient` calls, with the official client doing
+the talking. Its world is a JSON file (nodes, pods, PodDisruptionBudgets, a request log),
+re-read on every request, so a test or an operator in the lab can change it while a run is
+under way (make a node NotReady, release a PDB). Eviction follows the policy/v1 rules that
+matter here: a pod a PDB covers is evicted only while the PDB allows a disruption, and
+otherwise answered 429 Too Many Requests, as kube-apiserver does.
+
+    python -m provisioner.kube.standin --state world.json --port 0   (prints the URL)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import parse_qs, unquote, urlsplit
+
+_LOCK = threading.Lock()
+
+
+def world(nodes: list[str], *, gpus: int = 8, kubelet: str = "v1.31.4") -> dict[str, Any]:
+    """A starting world: every node Ready and schedulable, no pods, no PDBs."""
+    return {"nodes": {n: {"ready": True, "unschedulable": False, "gpus": gpus,
+                          "kubelet": kubelet} for n in nodes},
+            "pods": [], "pdbs": [], "log": []}
+
+
+def _node_json(name: str, n: dict[str, Any]) -> dict[str, Any]:
+    info = {k: "stand-in" for k in ("architecture", "bootID", "containerRuntimeVersion",
+                                    "kernelVersion", "kubeProxyVersion", "machineID",
+                                    "operatingSystem", "osImage", "systemUUID")}
+    info["kubeletVersion"] = n.get("kubelet", "v0.0.0")
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "spec": {"unschedulable": bool(n.get("unschedulable"))},
+            "status": {"conditions": [{"type": "Ready",
+                                       "status": "True" if n.get("ready") else "False"}],
+                       "allocatable": {"nvidia.com/gpu": str(n.get("gpus", 0))},
+                       "nodeInfo": info}}
+
+
+def _pod_json(p: dict[str, Any]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": p["name"], "namespace": p["namespace"],
+                            "labels": p.get("labels", {})}
+    if p.get("owner"):
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": p["owner"],
+                                    "name": p["name"] + "-owner", "uid": "0"}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"nodeName": p["node"], "containers": [{"name": "c"}]}}
+
+
+def _covering(w: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any] | None:
+    labels = pod.get("labels", {})
+    for pdb in w["pdbs"]:
+        if pdb["namespace"] == pod["namespace"] and all(
+                labels.get(k) == v for k, v in pdb["selector"].items()):
+            return cast(dict[str, Any], pdb)
+    return None
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Status", "status": "Failure", "code": code,
+            "reason": reason, "message": message}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: StandInApiServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read the log
+        return
+
+    def _send(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict[str, Any]:
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b"{}"
+        return dict(json.loads(raw or b"{}"))
+
+    def _route(self, method: str) -> None:
+        url = urlsplit(self.path)
+        parts = [unquote(p) for p in url.path.strip("/").split("/")]
+        body = self._body() if method in ("POST", "PATCH") else {}
+        with _LOCK:
+            w = self.server.load()
+            code, out = self._answer(w, method, parts, parse_qs(url.query), body)
+            w["log"].append({"method": method, "path": url.path, "code": code})
+            self.server.save(w)
+        self._send(code, out)
+
+    def _answer(self, w: dict[str, Any], method: str, parts: list[str],
+                query: dict[str, list[str]], body: dict[str, Any]
+                ) -> tuple[int, dict[str, Any]]:
+        if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
+            node = w["nodes"].get(parts[3])
+            if node is None:
+                return 404, _status(404, "NotFound", f'nodes "{parts[3]}" not found')
+            if method == "PATCH":
+                spec = body.get("spec", {})
+                if "unschedulable" in spec:
+                    node["unschedulable"] = bool(spec["unschedulable"])
+            return 200, _node_json(parts[3], node)
+        if parts == ["api", "v1", "pods"] and method == "GET":
+            sel = (query.get("fieldSelector") or [""])[0]
+            want = sel.removeprefix("spec.nodeName=") if sel.startswith("spec.nodeName=") \
+                else None
+            items = [_pod_json(p) for p in w["pods"] if want is None or p["node"] == want]
+            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {},
+                         "items": items}
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) >= 6 \
+                and parts[4] == "pods":
+            ns, name = parts[3], parts[5]
+            pod = next((p for p in w["pods"] if p["namespace"] == ns and p["name"] == name),
+                       None)
+            if pod is None:
+                return 404, _status(404, "NotFound", f'pods "{name}" not found')
+            if method == "POST" and parts[6:] == ["eviction"]:
+                pdb = _covering(w, pod)
+                if pdb is not None and pdb["disruptions_allowed"] < 1:
+                    return 429, _status(429, "TooManyRequests", "Cannot evict pod as it would "
+                                        "violate the pod's disruption budget.")
+                if pdb is not None:
+                    pdb["disruptions_allowed"] -= 1
+                w["pods"].remove(pod)
+                return 201, {"apiVersion": "policy/v1", "kind": "Eviction",
+                             "metadata": {"name": name, "namespace": ns}}
+            if method == "DELETE" and len(parts) == 6:
+                w["pods"].remove(pod)
+                return 200, _pod_json(pod)
+        if parts == ["apis", "policy", "v1", "poddisruptionbudgets"] and method == "GET":
+            items = [{"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                      "metadata": {"name": p["name"], "namespace": p["namespace"]},
+                      "spec": {"selector": {"matchLabels": p["selector"]}},
+                      "status": {"currentHealthy": 0, "desiredHealthy": 0,
+                                 "disruptionsAllowed": p["disruptions_allowed"],
+                                 "expectedPods": 0}} for p in w["pdbs"]]
+            return 200, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudgetList",
+                         "metadata": {}, "items": items}
+        return 404, _status(404, "NotFound", "the stand-in does not serve this path")
+
+    def do_GET(self) -> None:
+        self._route("GET")
+
+    def do_POST(self) -> None:
+        self._route("POST")
+
+    def do_PATCH(self) -> None:
+        self._route("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._route("DELETE")
+
+
+class StandInApiServer(ThreadingHTTPServer):
+    """The stand-in on 127.0.0.1 (port 0: any free port); `url` once started."""
+
+    daemon_threads = True
+
+    def __init__(self, state: Path, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.state = state
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def load(self) -> dict[str, Any]:
+        return dict(json.loads(self.state.read_text()))
+
+    def save(self, w: dict[str, Any]) -> None:
+        tmp = self.state.with_suffix(".tmp")
+        tmp.write_text(json.dumps(w, indent=1))
+        tmp.replace(self.state)
+
+    def start(self) -> StandInApiServer:
+        threading.Thread(target=self.serve_forever, daemon=True, name="kube-standin").start()
+        return self
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="stand-in Kubernetes API server (lab, tests)")
+    ap.add_argument("--state", type=Path, required=True)
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args(argv)
+    srv = StandInApiServer(args.state, args.port)
+    print(srv.url, flush=True)  # the one line the caller reads
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

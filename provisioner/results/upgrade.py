@@ -1,0 +1,106 @@
+"""JSON of `provision upgrade plan` and `provision upgrade apply` (docs/upgrade.md)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from provisioner.results.base import Out
+from provisioner.upgrade.apply import ApplyResult
+from provisioner.upgrade.plan import UpgradePlan
+
+
+class RefusalView(Out):
+    code: str
+    message: str
+    hint: str | None
+
+
+class ChangeView(Out):
+    component: str
+    old: str | None
+    new: str | None
+    direction: str  # upgrade | downgrade | change
+    nodes: list[str]  # empty for cluster-wide components (operator charts)
+
+
+class PlanNode(Out):
+    hostname: str
+    domain: str
+    control_plane: bool
+    changes: list[str]
+    reboot: bool
+    node_s: float
+
+
+class UpgradePlanReport(Out):
+    schema_: Literal["provisioner.upgrade.plan/v1"] = Field(
+        "provisioner.upgrade.plan/v1", alias="schema")
+    site: str
+    bundle: str
+    ok: bool  # false: refused, exit code 11
+    refusals: list[RefusalView]
+    warnings: list[str]
+    rollback: list[str]  # components that cannot be moved back by a later bundle
+    changes: list[ChangeView]
+    nodes: list[PlanNode]
+    batches: list[list[str]]
+    max_unavailable: dict[str, int]  # per failure domain
+    planned_s: float
+
+
+class UpgradeNode(Out):
+    hostname: str
+    start_phase: str
+    phase: str
+    failed_phase: str | None
+    reason: str | None
+    steps: list[str]
+
+
+class UpgradeReport(Out):
+    schema_: Literal["provisioner.upgrade/v1"] = Field("provisioner.upgrade/v1", alias="schema")
+    site: str
+    bundle: str
+    ok: bool
+    lab: bool
+    run_id: int
+    interrupted: bool
+    budget_spent: bool
+    stopped: str | None  # why the run stopped before every node was tried
+    failed: list[str]
+    not_started: list[str]
+    elapsed_s: float
+    notes: list[str]
+    nodes: list[UpgradeNode]
+
+
+def plan_report(p: UpgradePlan) -> UpgradePlanReport:
+    return UpgradePlanReport(
+        site=p.site, bundle=p.bundle, ok=p.ok,
+        refusals=[RefusalView(code=r.code, message=r.message, hint=r.hint)
+                  for r in p.refusals],
+        warnings=p.warnings, rollback=p.rollback,
+        changes=[ChangeView(component=c.component, old=c.old, new=c.new,
+                            direction=c.direction, nodes=list(c.hosts)) for c in p.changes],
+        nodes=[PlanNode(hostname=n.hostname, domain=n.domain, control_plane=n.control_plane,
+                        changes=list(n.changes), reboot=n.reboot, node_s=n.node_s)
+               for n in p.nodes],
+        batches=p.batches, max_unavailable=p.max_unavailable,
+        planned_s=round(p.planned_s, 1))
+
+
+def upgrade_report(r: ApplyResult) -> UpgradeReport:
+    return UpgradeReport(
+        site=r.site, bundle=r.bundle, ok=r.ok, lab=r.lab, run_id=r.run_id,
+        interrupted=r.interrupted, budget_spent=r.rolling.budget_spent,
+        stopped=r.rolling.stopped, failed=r.rolling.failed,
+        not_started=r.rolling.not_started, elapsed_s=round(r.elapsed_s, 2), notes=r.notes,
+        nodes=[UpgradeNode(hostname=n.hostname, start_phase=n.start_phase.value,
+                           phase=n.phase.value,
+                           failed_phase=n.failed_phase.value if n.failed_phase else None,
+                           reason=n.reason, steps=n.steps) for n in r.nodes])
+
+
+RESULTS: tuple[type[Out], ...] = (UpgradePlanReport, UpgradeReport)

@@ -1,0 +1,196 @@
+"""provision upgrade plan | apply: a site to a release bundle, node by node, from CI.
+
+    plan   bundle file → checks (plan.make_plan) → what changes where, batches, time
+    apply  the plan (refused: UpgradeRefused, nothing touched) → the site lease and the
+           site lock → rolling.roll over the state store → per-node outcome
+
+What each node runs now is the last bundle recorded for it in the state store (an
+`upgraded` event, written when it is uncordoned), or the site's `software:` pins before any
+bundle was applied. A re-run with the same bundle retries the failed nodes from the phase
+they failed in, resumes the ones a killed run left part-way, and skips the done ones.
+Nothing here prints; the CLI turns the result into output and an exit code.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from provisioner import bmc as bmc_mod
+from provisioner.errors import UpgradeRefused
+from provisioner.inventory.bundle_models import Bundle, from_software, load_bundle
+from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.topology import HostPlan, servers
+from provisioner.kube import KubeClient
+from provisioner.lifecycle import Phase
+from provisioner.profile import Profile, for_site
+from provisioner.state import StateStore
+from provisioner.upgrade.host import AnsibleInstaller, Installer
+from provisioner.upgrade.plan import PlanOptions, UpgradePlan, make_plan, scheduler, site_at
+from provisioner.upgrade.rolling import DrainOptions, Rolling, RollingOutcome, roll
+from provisioner.upgrade.steps import Clock
+from provisioner.workflows import engine
+from provisioner.workflows.engine import NodeOutcome, Progress, ProgressFn
+
+UPGRADED = "upgraded"  # the event kind that records a node's bundle and versions
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    plan: PlanOptions = field(default_factory=PlanOptions)
+    limit: str | None = None
+    max_failures: int = 1
+    drain: DrainOptions = field(default_factory=DrainOptions)
+    forks: int = 20
+    lease_stale_s: float = 600.0  # a lease without a heartbeat this long is a dead holder
+
+
+@dataclass
+class ApplyResult:
+    run_id: int
+    site: str
+    bundle: str
+    lab: bool
+    plan: UpgradePlan
+    nodes: list[NodeOutcome]
+    rolling: RollingOutcome
+    interrupted: bool
+    elapsed_s: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[NodeOutcome]:
+        return [n for n in self.nodes if n.phase is Phase.FAILED]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.interrupted and not self.rolling.not_started
+
+
+def recorded_versions(store: StateStore | None, hosts: Sequence[str],
+                      default: Mapping[str, str | None]) -> dict[str, dict[str, str | None]]:
+    """What each node runs now: its last `upgraded` event, or the site's pins."""
+    out = {h: dict(default) for h in hosts}
+    if store is None:
+        return out
+    wanted = set(hosts)
+    for ev in store.events():
+        if ev.kind == UPGRADED and ev.hostname in wanted:
+            out[ev.hostname] = dict(ev.detail.get("versions", {}))
+    return out
+
+
+def _selected(loaded: LoadedSite, limit: str | None) -> tuple[list[HostPlan], list[str]]:
+    plans = servers(loaded)
+    names = set(bmc_mod.select_hosts([p.hostname for p in plans], limit))
+    return [p for p in plans if p.hostname in names], \
+        [p.hostname for p in plans if p.control_plane]
+
+
+def plan(loaded: LoadedSite, bundle_name: str, opts: PlanOptions | None = None,
+         limit: str | None = None, profile: Profile | None = None
+         ) -> tuple[UpgradePlan, Bundle]:
+    """The plan for moving the selected nodes to `bundle_name` (reads state, changes none)."""
+    opts = opts or PlanOptions()
+    profile = profile or for_site(loaded)
+    target = load_bundle(loaded.base_dir, bundle_name).bundle
+    hosts, cps = _selected(loaded, limit)
+    store = StateStore(profile.state_path) if profile.state_path.exists() else None
+    names = [p.hostname for p in servers(loaded)]
+    current = recorded_versions(store, names, from_software(loaded.site.software).components())
+    return make_plan(loaded, hosts, target, current, opts, cps), target
+
+
+def _refuse(p: UpgradePlan) -> None:
+    if p.refusals:
+        raise UpgradeRefused(f"upgrade to {p.bundle} refused: {p.refusals[0].message}"
+                             + (f" (and {len(p.refusals) - 1} more)"
+                                if len(p.refusals) > 1 else ""),
+                             hint=p.refusals[0].hint, refusals=p.refusals)
+
+
+def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[str, str],
+          opts: ApplyOptions | None = None, *, progress: ProgressFn | None = None,
+          stop: threading.Event | None = None, profile: Profile | None = None,
+          installer: Installer | None = None) -> ApplyResult:
+    """Upgrade the selected nodes to the bundle in rolling batches; resumable."""
+    opts = opts or ApplyOptions()
+    profile = profile or for_site(loaded)
+    stop = stop or threading.Event()
+    the_plan, target = plan(loaded, bundle_name, opts.plan, opts.limit, profile)
+    _refuse(the_plan)
+    all_hosts = [p.hostname for p in servers(loaded)]
+    store = StateStore(profile.state_path)
+    t0 = time.monotonic()
+    command = f"upgrade apply --to {bundle_name}" + (f" --limit {opts.limit}"
+                                                     if opts.limit else "")
+    with store.lease(command, stale_after_s=opts.lease_stale_s) as lease_notes, \
+            store.exclusive():
+        notes = list(lease_notes)
+        killed = store.close_stale_runs()
+        if killed:
+            notes.append(f"earlier run(s) {', '.join(map(str, killed))} were killed; "
+                         "resuming from the recorded phases")
+        run_id = store.start_run(command)
+        journal = engine.Journal(store, run_id, progress)
+        store.enroll(all_hosts, run_id=run_id)
+        journal.load(all_hosts)
+        selected = {n.hostname for n in the_plan.nodes}
+        for h in sorted(selected):  # a node a failed upgrade left behind is retried
+            out = journal.outcomes[h]
+            back_to = out.failed_phase  # read before restart() resets the outcome
+            if out.phase is Phase.FAILED and back_to is not None and back_to in MID_OR_READY:
+                journal.restart(h, back_to, {"retry": True, "last_reason": out.reason})
+                journal.emit(Progress(h, "upgrade", "note", f"retrying from {back_to.value}"))
+        todo = [n.hostname for n in the_plan.nodes
+                if (n.changes and journal.phase(n.hostname) is Phase.READY)
+                or journal.phase(n.hostname) in MID_OR_READY - {Phase.READY}]
+        versions = target.components()
+
+        def upgraded(host: str) -> None:
+            store.record(host, UPGRADED, {"bundle": target.name, "versions": versions},
+                         run_id=run_id)
+
+        bundle_site = site_at(loaded, target)
+        inst = installer or AnsibleInstaller(
+            bundle_site, profile, env, target.name, opts.forks, profile.os_timeout_s,
+            on_note=lambda h, t: journal.note(h, "upgrade", "note", t))
+        plans = {p.hostname: p for p in servers(loaded)}
+        hosts_sel = [plans[h] for h in all_hosts if h in selected]
+        r = Rolling(journal, kube, inst, scheduler(loaded, hosts_sel, opts.plan), all_hosts,
+                    frozenset(n.hostname for n in the_plan.nodes if n.reboot),
+                    {h: (p.block.gpu.count if p.block.gpu else 0) for h, p in plans.items()},
+                    opts.max_failures, opts.drain, Clock(sleep=stop.wait),
+                    on_upgraded=upgraded)
+        status = "failed"
+        try:
+            outcome = roll(r, todo, stop)
+            status = ("interrupted" if stop.is_set() else
+                      "failed" if outcome.failed or outcome.not_started else "ok")
+        finally:
+            store.end_run(run_id, status)
+    if profile.lab:
+        notes.append("lab: the Kubernetes API is the stand-in server; GPU checks of the "
+                     "health gate (driver and fabric manager versions, GPU count, DCGM "
+                     "diagnostic) are skipped by the needs_gpu tag and reported not verified")
+    return ApplyResult(run_id=run_id, site=loaded.site.site.name, bundle=target.name,
+                       lab=profile.lab, plan=the_plan,
+                       nodes=[journal.outcomes[h] for h in all_hosts if h in selected],
+                       rolling=outcome, interrupted=stop.is_set(),
+                       elapsed_s=time.monotonic() - t0, notes=notes)
+
+
+MID_OR_READY = frozenset({Phase.READY, Phase.CORDONED, Phase.DRAINING, Phase.UPGRADING,
+                          Phase.CONFIGURED, Phase.VERIFIED})
+
+
+def state_file(profile: Profile, override: Path | None) -> Profile:
+    """--state: keep the site's state on a path CI runners share (see docs/upgrade.md)."""
+    if override is None:
+        return profile
+    from dataclasses import replace
+
+    return replace(profile, state_path=override)

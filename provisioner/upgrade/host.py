@@ -1,0 +1,125 @@
+"""The host side of a rolling upgrade: the rendered roles at the bundle's versions, the
+reboot (through the OS, or the BMC when the OS does not come back), and the gate's host
+checks (driver and fabric manager versions, GPU count, DCGM diagnostic).
+
+`Installer` is the seam: `AnsibleInstaller` runs the rendered project through ansible-runner
+(steps.ansible, runner.py); the simulation in the tests implements the same two methods.
+Each returns, per host, None when it passed or the reason it did not.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from provisioner import bmc as bmc_mod
+from provisioner import render as render_mod
+from provisioner import runner as runner_mod
+from provisioner.bmc import BmcDriver, BmcTarget, PowerAction
+from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.topology import ansible_host, servers
+from provisioner.profile import Profile
+from provisioner.workflows.steps import guard
+
+Outcome = dict[str, str | None]  # host -> None (passed) or the reason it failed
+
+UPGRADE_PLAYBOOK = "site.yml"  # the roles, rendered at the bundle's versions
+REBOOT_PLAYBOOK = "upgrade_reboot.yml"
+GATE_PLAYBOOKS = ("verify.yml", "upgrade_gate.yml")
+
+
+class Installer(Protocol):
+    def install(self, batch: Sequence[str], reboot: Sequence[str]) -> Outcome: ...
+
+    def gate(self, batch: Sequence[str]) -> Outcome: ...
+
+
+def _per_host(result: runner_mod.RunResult, batch: Sequence[str]) -> Outcome:
+    out: Outcome = {}
+    for h in batch:
+        failures = [e for e in result.failures if e.host == h]
+        if failures:
+            first = failures[0]
+            out[h] = (f"{result.playbook}: {first.status} at '{first.task}': "
+                      f"{first.message} (log: {result.artifact_dir})")
+        elif not result.ok and not result.failures:
+            out[h] = f"{result.playbook} ended {result.status} (rc {result.rc})"
+        else:
+            out[h] = None
+    return out
+
+
+@dataclass
+class AnsibleInstaller:
+    """The real host side: one rendered project per bundle, beside the state store."""
+
+    loaded: LoadedSite  # the site as the bundle leaves it (plan.site_at)
+    profile: Profile
+    env: Mapping[str, str]
+    bundle: str
+    forks: int = 20
+    os_timeout_s: float = 900.0
+    on_note: Callable[[str, str], None] = lambda _h, _t: None
+    make_driver: Callable[[BmcTarget], BmcDriver] = bmc_mod.make_driver
+    skipped: dict[str, int] = field(default_factory=dict)
+    _project: Path | None = None
+
+    def project(self) -> Path:
+        if self._project is None:
+            out = self.profile.state_path.parent / f"ansible-upgrade-{self.bundle}"
+            self._project = render_mod.render(self.loaded, out, lab=self.profile.lab).out
+        return self._project
+
+    def _run(self, playbook: str, batch: Sequence[str]) -> runner_mod.RunResult:
+        return runner_mod.run_playbook(self.project(), playbook, limit=",".join(batch),
+                                       forks=self.forks)
+
+    def install(self, batch: Sequence[str], reboot: Sequence[str]) -> Outcome:
+        out = _per_host(self._run(UPGRADE_PLAYBOOK, batch), batch)
+        again = [h for h in reboot if out.get(h) is None]
+        if again:
+            result = self._run(REBOOT_PLAYBOOK, again)
+            for h, why in _per_host(result, again).items():
+                if why is not None:  # the OS did not reboot or come back: the BMC does it
+                    self.on_note(h, f"reboot through the OS failed ({why}); power cycle "
+                                 "through the BMC")
+                    out[h] = self._bmc_cycle(h)
+        return out
+
+    def _bmc_cycle(self, host: str) -> str | None:
+        targets = bmc_mod.targets(self.loaded, self.env, host)
+        if not targets:
+            return "the OS did not come back after the reboot and the node has no BMC"
+        drv = self.make_driver(targets[0])
+        try:
+            drv.set_power(PowerAction.CYCLE, timeout_s=180.0)
+        finally:
+            drv.close()
+        plan = next((p for p in servers(self.loaded) if p.hostname == host), None)
+        address = ansible_host(plan.node) if plan is not None else None
+        if address is None:
+            return None
+        login = guard.login_for(self.loaded, self.profile)
+        deadline = time.monotonic() + self.os_timeout_s
+        while time.monotonic() < deadline:
+            if guard.check_installed(address, login).installed:
+                return None
+            time.sleep(5.0)
+        return f"no OS answered {self.os_timeout_s:g} s after the BMC power cycle"
+
+    def gate(self, batch: Sequence[str]) -> Outcome:
+        out: Outcome = {h: None for h in batch}
+        for playbook in GATE_PLAYBOOKS:
+            todo = [h for h in batch if out[h] is None]
+            if not todo:
+                break
+            result = self._run(playbook, todo)
+            for h, why in _per_host(result, todo).items():
+                out[h] = why
+            for e in result.events:
+                if e.message.startswith("not verified:"):
+                    self.on_note(e.host, e.message)
+        return out

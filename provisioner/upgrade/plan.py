@@ -1,0 +1,279 @@
+"""provision upgrade plan: check a bundle against the site and what the nodes run now, then
+say what changes on which nodes, in which batches, and how long it should take.
+
+Refusals (the run would break the cluster) come from the rules in DOMAIN.md §3-§4: CUDA
+needs a minimum driver (CUDA release notes, Table 3), fabric manager and NSCQ equal the
+driver (Fabric Manager user guide: FM refuses to start otherwise), open kernel modules need
+Turing or newer, Kubernetes moves one minor at a time with the control plane first, and a
+kubelet is never newer than the API server (kubernetes.io version-skew policy). The
+driver/CUDA/module rules are the site checks (software_checks) run on the site as the
+bundle would leave it, so a rule is written once. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from provisioner.errors import ConfigError
+from provisioner.inventory import software_checks
+from provisioner.inventory.bundle_models import Bundle
+from provisioner.inventory.findings import Severity
+from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.software_models import Dcgm, FabricManager, Software
+from provisioner.inventory.topology import HostPlan, has_roce
+from provisioner.upgrade.schedule import Scheduler, planned_s
+
+Versions = Mapping[str, str | None]
+
+# Which nodes a component lives on; everything else is on every server.
+GPU_COMPONENTS = ("nvidia_driver", "kernel_modules", "cuda", "dcgm", "container_toolkit",
+                  "imex")
+NVSWITCH_COMPONENTS = ("fabric_manager", "nscq")
+ROCE_COMPONENTS = ("doca",)
+NODE_COMPONENTS = ("containerd", "kubernetes")
+CLUSTER_COMPONENTS = ("gpu_operator", "network_operator")  # charts: once, not per node
+# A change to one of these loads a new kernel module: the node reboots.
+REBOOT_COMPONENTS = frozenset({"nvidia_driver", "kernel_modules", "doca"})
+# Components whose packages apt can move back (`--allow-downgrades`); the rest cannot.
+NO_DOWNGRADE = {"kubernetes": "kubeadm cannot downgrade a control plane (restore etcd from "
+                "a backup instead)"}
+
+
+@dataclass(frozen=True)
+class Durations:
+    """The plan's per-step estimates for one node, seconds."""
+
+    cordon_s: float = 5.0
+    drain_s: float = 300.0
+    upgrade_s: float = 900.0
+    reboot_s: float = 600.0
+    gate_s: float = 300.0
+    uncordon_s: float = 5.0
+
+    def node_s(self, reboot: bool) -> float:
+        return (self.cordon_s + self.drain_s + self.upgrade_s + self.gate_s + self.uncordon_s
+                + (self.reboot_s if reboot else 0.0))
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    batch: int | str = "10%"
+    max_unavailable: int | str = 1
+    domain_label: str | None = None  # failure domain: a node label; default the rack
+    durations: Durations = Durations()
+
+
+@dataclass(frozen=True)
+class Refusal:
+    code: str
+    message: str
+    hint: str | None = None
+
+
+@dataclass(frozen=True)
+class Change:
+    component: str
+    old: str | None
+    new: str | None
+    direction: str  # upgrade | downgrade | change
+    hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    hostname: str
+    domain: str
+    control_plane: bool
+    changes: tuple[str, ...]
+    reboot: bool
+    node_s: float
+
+
+@dataclass
+class UpgradePlan:
+    site: str
+    bundle: str
+    refusals: list[Refusal]
+    warnings: list[str]
+    changes: list[Change]
+    nodes: list[NodePlan]
+    batches: list[list[str]]
+    planned_s: float
+    max_unavailable: dict[str, int]
+    rollback: list[str] = field(default_factory=list)  # what cannot be moved back
+
+    @property
+    def ok(self) -> bool:
+        return not self.refusals
+
+
+def _key(version: str | None) -> tuple[int, ...]:
+    if not version:
+        return ()
+    return tuple(int(p) for p in version.lstrip("v").split(".") if p.isdigit())
+
+
+def direction(old: str | None, new: str | None) -> str:
+    if old and new and old[:1].isdigit() == new[:1].isdigit() and _key(old) and _key(new):
+        return "upgrade" if _key(new) > _key(old) else "downgrade"
+    return "change"
+
+
+def components_on(plan: HostPlan, loaded: LoadedSite) -> tuple[str, ...]:
+    out: list[str] = list(NODE_COMPONENTS)
+    if plan.block.gpu is not None:
+        out += GPU_COMPONENTS
+    if plan.block.nvswitch:
+        out += NVSWITCH_COMPONENTS
+    if has_roce(loaded, plan.node):
+        out += ROCE_COMPONENTS
+    return tuple(out)
+
+
+def domain_of(plan: HostPlan, label: str | None) -> str:
+    if label is None:
+        return plan.placement.rack
+    value = plan.node.labels.get(label)
+    if value is None:
+        raise ConfigError(f"{plan.hostname} has no label {label!r} for --failure-domain",
+                          hint=f"add labels: {{{label}: ...}} to the node, or use the rack")
+    return value
+
+
+def software_at(loaded: LoadedSite, bundle: Bundle) -> Software:
+    """The site's software section as the bundle leaves it (what the roles render)."""
+    sw = loaded.site.software
+    kube = (sw.kubernetes.model_copy(update={"version": bundle.kubernetes})
+            if sw.kubernetes else None)
+    return sw.model_copy(update={
+        "nvidia_driver": bundle.nvidia_driver, "cuda": bundle.cuda, "doca": bundle.doca,
+        "fabric_manager": FabricManager(enabled=sw.fabric_manager.enabled,
+                                        version=bundle.fabric_manager),
+        "dcgm": Dcgm(version=bundle.dcgm, diag_level=sw.dcgm.diag_level),
+        "kubernetes": kube})
+
+
+def site_at(loaded: LoadedSite, bundle: Bundle) -> LoadedSite:
+    return dataclasses.replace(loaded, site=loaded.site.model_copy(
+        update={"software": software_at(loaded, bundle)}))
+
+
+def _site_rules(loaded: LoadedSite, bundle: Bundle, nvswitch: bool) -> list[Refusal]:
+    out: list[Refusal] = []
+
+    def emit(code: str, _path: Any, message: str, hint: str | None = None, *,
+             severity: Severity = Severity.ERROR, **_: Any) -> None:
+        if severity is Severity.ERROR:
+            out.append(Refusal(code, message, hint))
+
+    software_checks.check(site_at(loaded, bundle), emit)
+    drv = bundle.nvidia_driver.version
+    if drv is None:
+        out.append(Refusal("driver-not-exact", "the bundle pins only the driver branch "
+                           f"{bundle.nvidia_driver.branch}", "pin nvidia_driver.version: an "
+                           "upgrade must know the exact version to check and to gate on"))
+    if bundle.nscq and drv and bundle.nscq != drv:
+        out.append(Refusal("nscq-version", f"libnvidia-nscq {bundle.nscq} differs from "
+                           f"driver {drv}", f"set nscq: '{drv}'"))
+    if nvswitch and not bundle.fabric_manager:
+        out.append(Refusal("fabric-manager-missing", "the site has NVSwitch systems and the "
+                           "bundle pins no fabric_manager", f"set fabric_manager: '{drv}'"))
+    return out
+
+
+def _minor(version: str | None) -> tuple[int, int] | None:
+    k = _key(version)
+    return (k[0], k[1]) if len(k) >= 2 else None
+
+
+def _kube_rules(target: str, current: Mapping[str, Versions], cps: Sequence[str],
+                selected: Sequence[str]) -> list[Refusal]:
+    out: list[Refusal] = []
+    new = _minor(target)
+    apis = [_minor(current[h].get("kubernetes")) for h in cps if h in current]
+    api = min((a for a in apis if a), default=None)
+    if new is None or api is None:
+        return out
+    if new[0] != api[0]:
+        return [Refusal("kubernetes-major", f"Kubernetes {target} changes the major version "
+                        f"from {api[0]}", "no supported path; rebuild the cluster")]
+    if new[1] > api[1] + 1:
+        out.append(Refusal("kubernetes-skips-minor",
+                           f"Kubernetes {target} skips a minor version: the API server is "
+                           f"{api[0]}.{api[1]} and may move one minor at a time",
+                           f"upgrade to {api[0]}.{api[1] + 1} first (a bundle per minor)"))
+    olds = {h: _minor(v.get("kubernetes")) for h, v in current.items()}
+    if any(o is not None and o > new for o in olds.values()) \
+            or any(_key(v.get("kubernetes")) > _key(target) for v in current.values()):
+        out.append(Refusal("kubernetes-downgrade", f"Kubernetes {target} is older than what "
+                           "runs now; " + NO_DOWNGRADE["kubernetes"],
+                           "keep the current Kubernetes pin in the rollback bundle"))
+    behind_cp = [h for h in cps if h not in selected and olds.get(h) is not None
+                 and olds[h] < new]  # type: ignore[operator]
+    if new > api and behind_cp and any(h not in cps for h in selected):
+        out.append(Refusal("kubelet-newer-than-apiserver",
+                           f"workers would run kubelet {target} while control plane(s) "
+                           f"{', '.join(sorted(behind_cp))} still serve "
+                           f"{api[0]}.{api[1]}: a kubelet must never be newer than the API "
+                           "server", "include the control planes (they go first)"))
+    for h, old in olds.items():
+        if old is not None and h not in cps and new[1] - old[1] > 3:
+            out.append(Refusal("kubelet-too-old", f"{h} runs kubelet {old[0]}.{old[1]}, more "
+                               "than three minors behind the new API server",
+                               "upgrade the workers to a closer version first"))
+    return out
+
+
+def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
+              current: Mapping[str, Versions], opts: PlanOptions,
+              all_control_planes: Sequence[str] = ()) -> UpgradePlan:
+    """The plan for moving `hosts` (the selected servers) to `target`. `current` holds what
+    each node runs now (state's last bundle, or the site's pins); `all_control_planes` are
+    every control plane of the site, selected or not (the API server's version)."""
+    new = target.components()
+    refusals = _site_rules(loaded, target, any(h.block.nvswitch for h in hosts))
+    cps = list(all_control_planes) or [h.hostname for h in hosts if h.control_plane]
+    refusals += _kube_rules(target.kubernetes, current, cps, [h.hostname for h in hosts])
+    per_comp: dict[tuple[str, str | None, str | None], list[str]] = {}
+    nodes: list[NodePlan] = []
+    for hp in hosts:
+        old = current.get(hp.hostname, {})
+        changed = tuple(c for c in components_on(hp, loaded) if old.get(c) != new.get(c))
+        for c in changed:
+            per_comp.setdefault((c, old.get(c), new.get(c)), []).append(hp.hostname)
+        reboot = bool(REBOOT_COMPONENTS & set(changed))
+        nodes.append(NodePlan(hp.hostname, domain_of(hp, opts.domain_label), hp.control_plane,
+                              changed, reboot, opts.durations.node_s(reboot)))
+    changes = [Change(c, o, n, direction(o, n), tuple(hs))
+               for (c, o, n), hs in sorted(per_comp.items(), key=lambda kv: kv[0][0])]
+    olds = [v for v in current.values()]
+    for c in CLUSTER_COMPONENTS:
+        before = {v.get(c) for v in olds} or {None}
+        if new.get(c) not in before:
+            changes.append(Change(c, sorted(map(str, before))[0], new.get(c),
+                                  direction(next(iter(before)), new.get(c)), ()))
+    warnings = [f"{ch.component} goes back from {ch.old} to {ch.new} on {len(ch.hosts)} "
+                "node(s) (a downgrade: apt installs the older pinned packages)"
+                for ch in changes if ch.direction == "downgrade"
+                and ch.component not in NO_DOWNGRADE]
+    rollback = [f"{c}: {why}" for c, why in NO_DOWNGRADE.items()
+                if any(ch.component == c and ch.direction == "upgrade" for ch in changes)]
+    sched = scheduler(loaded, hosts, opts)
+    todo = [n.hostname for n in nodes if n.changes]
+    if 0 < len(cps) < 3 and any(n.control_plane for n in nodes if n.changes):
+        warnings.append(f"{len(cps)} control plane(s): the API server is unavailable while "
+                        "one upgrades (three or more keep quorum)")
+    layout = sched.layout(todo)
+    return UpgradePlan(site=loaded.site.site.name, bundle=target.name, refusals=refusals,
+                       warnings=warnings, changes=changes, nodes=nodes, batches=layout,
+                       planned_s=planned_s(layout, {n.hostname: n.node_s for n in nodes}),
+                       max_unavailable=sched.domain_limits(), rollback=rollback)
+
+
+def scheduler(loaded: LoadedSite, hosts: Sequence[HostPlan], opts: PlanOptions) -> Scheduler:
+    return Scheduler(domains={h.hostname: domain_of(h, opts.domain_label) for h in hosts},
+                     control_planes=frozenset(h.hostname for h in hosts if h.control_plane),
+                     batch=opts.batch, max_unavailable=opts.max_unavailable)

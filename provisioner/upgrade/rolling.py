@@ -1,0 +1,129 @@
+"""The rolling logic of `upgrade apply` on the step engine, apart from where its steps come
+from, so the lab run and the simulation in the tests drive the same code.
+
+Each batch: node stage [cordon, drain (begin), drain] → the installer (roles at the
+bundle's versions, reboot) → health gate (cluster checks + the installer's host checks) →
+node stage [uncordon]. The batches come from `schedule.Scheduler` one at a time through the
+engine's BatchStage, given what is down *now*, so a node that failed (and stays cordoned)
+keeps using its failure domain's allowance. The stage stops between batches when the
+failure budget is spent or a stop was requested. Nodes a killed run left half-way are
+resumed first, as one batch: they are down already.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from provisioner.errors import ProvisionerError
+from provisioner.kube import KubeClient
+from provisioner.lifecycle import UPGRADE_PATH, Phase
+from provisioner.upgrade.host import Installer
+from provisioner.upgrade.schedule import Scheduler
+from provisioner.upgrade.steps import Clock, Cordon, Drain, DrainBegin, Uncordon, cluster_gate
+from provisioner.workflows import engine
+from provisioner.workflows.engine import Journal, Progress
+
+# Where a killed run can leave a node that is part-way through its upgrade.
+MID_UPGRADE = frozenset(UPGRADE_PATH) - {Phase.READY}
+
+
+@dataclass(frozen=True)
+class DrainOptions:
+    timeout_s: float = 600.0
+    retry_s: float = 5.0
+    fallback_delete: bool = False  # --drain-fallback delete: the operator's explicit word
+
+
+@dataclass(frozen=True)
+class Rolling:
+    """One rolling run's fixed inputs."""
+
+    journal: Journal
+    kube: KubeClient
+    installer: Installer
+    scheduler: Scheduler
+    servers: Sequence[str]  # every server of the site (what is down counts across them)
+    reboot: frozenset[str]  # nodes whose kernel modules change
+    gpus: Mapping[str, int]  # allocatable GPUs expected per node
+    max_failures: int
+    drain: DrainOptions = field(default_factory=DrainOptions)
+    clock: Clock = field(default_factory=Clock)
+    on_upgraded: Callable[[str], None] = lambda _h: None
+
+
+@dataclass(frozen=True)
+class RollingOutcome:
+    stopped: str | None  # why the run stopped early, or None
+    budget_spent: bool
+    failed: list[str]
+    not_started: list[str]
+
+
+def _down(r: Rolling, pending: Sequence[str]) -> set[str]:
+    waiting = set(pending)
+    return {h for h in r.servers if h not in waiting and r.journal.phase(h) is not Phase.READY}
+
+
+def run_batch(r: Rolling, batch: list[str], stop: threading.Event) -> None:
+    """Take one batch through cordon, drain, install, gate and uncordon."""
+    j = r.journal
+    drain = Drain(r.kube, j, r.drain.timeout_s, r.drain.retry_s, r.drain.fallback_delete,
+                  r.clock)
+    engine.NodeStage([Cordon(r.kube), DrainBegin(), drain],
+                     concurrency=max(1, len(batch))).run(j, batch, stop)
+    todo = [h for h in batch if j.phase(h) is Phase.UPGRADING]
+    if todo:
+        for h in todo:
+            j.emit(Progress(h, "upgrade", "start"))
+        for h, why in r.installer.install(todo, [h for h in todo if h in r.reboot]).items():
+            if why is None:
+                j.move(h, Phase.CONFIGURED, "upgrade", {"reboot": h in r.reboot})
+            else:
+                j.fail(h, "upgrade", why)
+    todo = [h for h in batch if j.phase(h) is Phase.CONFIGURED]
+    if todo:
+        host_checks = r.installer.gate(todo)
+        for h in todo:
+            try:
+                problems = cluster_gate(r.kube, h, r.gpus.get(h, 0))
+            except ProvisionerError as exc:
+                problems = [str(exc)]
+            if host_checks.get(h):
+                problems.append(str(host_checks[h]))
+            if problems:
+                j.fail(h, "verify", "health gate: " + "; ".join(problems)
+                       + " (the node stays cordoned)")
+            else:
+                j.move(h, Phase.VERIFIED, "verify", {"gate": "passed"})
+    engine.NodeStage([Uncordon(r.kube, r.on_upgraded)],
+                     concurrency=max(1, len(batch))).run(j, batch, stop)
+
+
+def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutcome:
+    """Upgrade `todo` (nodes in ready, or part-way from a killed run), batch by batch."""
+    j = r.journal
+    resumed = [h for h in todo if j.phase(h) in MID_UPGRADE]
+    if resumed and not stop.is_set():
+        j.note(None, "upgrade", "resumed", f"resuming {len(resumed)} node(s) left part-way "
+               "by an earlier run: " + ", ".join(resumed))
+        run_batch(r, resumed, stop)
+    fresh = [h for h in todo if h not in set(resumed)]
+    workers_total = sum(1 for h in fresh if h not in r.scheduler.control_planes)
+
+    def pick(remaining: Sequence[str]) -> list[str]:
+        return r.scheduler.next_batch(remaining, _down(r, remaining), workers_total)
+
+    failed_early = sum(1 for h in resumed if j.phase(h) is Phase.FAILED)
+    stopped: str | None = None
+    if failed_early >= r.max_failures:
+        stopped = (f"failure budget spent: {failed_early} failed, {r.max_failures} allowed")
+    elif fresh:
+        stage = engine.BatchStage(Phase.READY, lambda b: run_batch(r, b, stop), serial=1,
+                                  max_failures=r.max_failures - failed_early, pick=pick)
+        stopped = stage.run(j, fresh, stop).stopped
+    failed = [h for h in todo if j.phase(h) is Phase.FAILED]
+    not_started = [h for h in fresh if j.phase(h) is Phase.READY
+                   and not j.outcomes[h].steps]
+    return RollingOutcome(stopped, len(failed) >= r.max_failures, failed, not_started)

@@ -1,0 +1,115 @@
+"""Which nodes an upgrade takes down next: control planes one at a time and never below
+etcd quorum, then workers in batches of at most `--batch`, with at most `--max-unavailable`
+nodes of one failure domain (a rack, or the value of a node label) down at once.
+
+"Down" counts every node that is not serving: the batch in flight, and nodes a failed gate
+left cordoned. The next batch is chosen only after the last one finished, from what is down
+*then*, so a failed node keeps using its domain's allowance and the limit is never exceeded.
+Pure functions: `plan` uses them to lay out the batches and the planned time, `apply` to
+pick each batch, and bench/upgrade_sim.py to measure how close the plan is to the bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from provisioner.errors import ConfigError
+from provisioner.workflows.engine import batch_size
+
+
+def quorum(members: int) -> int:
+    """etcd's quorum: a majority of the members (stacked control planes, kubeadm)."""
+    return members // 2 + 1
+
+
+def limit_of(spec: int | str, total: int) -> int:
+    """A number, or 'P%' of `total` (rounded down, at least one), as `--batch` reads it."""
+    try:
+        return batch_size(spec, total)
+    except ConfigError as exc:
+        raise ConfigError(exc.message.replace("batch size", "limit"), hint=exc.hint) from None
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """The batch rule of one run. `domains` maps every host to its failure domain."""
+
+    domains: Mapping[str, str]
+    control_planes: frozenset[str]
+    batch: int | str = "10%"
+    max_unavailable: int | str = 1
+
+    def domain_limits(self) -> dict[str, int]:
+        sizes = Counter(self.domains.values())
+        return {d: limit_of(self.max_unavailable, n) for d, n in sizes.items()}
+
+    def worker_batch_size(self, workers: int) -> int:
+        return limit_of(self.batch, max(1, workers))
+
+    def cp_allowed(self, down: Collection[str]) -> bool:
+        """May one more control plane go down? Never below quorum with three or more; with
+        one or two (no quorum to keep), only when none is down."""
+        total = len(self.control_planes)
+        cp_down = sum(1 for h in down if h in self.control_planes)
+        if total >= 3:
+            return total - cp_down - 1 >= quorum(total)
+        return cp_down == 0
+
+    def next_batch(self, pending: Sequence[str], down: Collection[str],
+                   workers_total: int | None = None) -> list[str]:
+        """The next batch from `pending` given the hosts `down` now (not in `pending`).
+        Control planes first, one at a time; workers only when no control plane is left.
+        Empty when nothing may go down now (the caller stops and says why)."""
+        limits = self.domain_limits()
+        used = Counter(self.domains[h] for h in down if h in self.domains)
+        cps = [h for h in pending if h in self.control_planes]
+        if cps:
+            if not self.cp_allowed(down):
+                return []
+            for h in cps:
+                if used[self.domains[h]] < limits[self.domains[h]]:
+                    return [h]
+            return []
+        total = workers_total if workers_total is not None else len(pending)
+        size = self.worker_batch_size(total)
+        # Domains with the most rounds of work left go first: the critical path ends last.
+        left = Counter(self.domains[h] for h in pending)
+        order = sorted(pending, key=lambda h: (-math.ceil(left[self.domains[h]]
+                                                          / limits[self.domains[h]]),
+                                               self.domains[h]))
+        batch: list[str] = []
+        for h in order:
+            if len(batch) >= size:
+                break
+            d = self.domains[h]
+            if used[d] < limits[d]:
+                batch.append(h)
+                used[d] += 1
+        return batch
+
+    def layout(self, hosts: Sequence[str], down: Collection[str] = ()) -> list[list[str]]:
+        """Every batch in order, assuming every node passes (the plan's view)."""
+        pending = list(hosts)
+        workers_total = sum(1 for h in hosts if h not in self.control_planes)
+        out: list[list[str]] = []
+        while pending:
+            batch = self.next_batch(pending, down, workers_total)
+            if not batch:
+                break
+            out.append(batch)
+            taken = set(batch)
+            pending = [h for h in pending if h not in taken]
+        return out
+
+
+def planned_s(batches: Sequence[Sequence[str]], node_s: Mapping[str, float]) -> float:
+    """Batches run one after the other; a batch lasts as long as its slowest node."""
+    return sum(max(node_s[h] for h in b) for b in batches if b)
+
+
+def lower_bound_s(n_nodes: int, max_unavailable_total: int, per_node_s: float) -> float:
+    """No schedule beats ceil(N / max_unavailable) rounds of one node's time."""
+    return math.ceil(n_nodes / max(1, max_unavailable_total)) * per_node_s

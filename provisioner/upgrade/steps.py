@@ -1,0 +1,134 @@
+"""The Kubernetes-side steps of a rolling upgrade, on the engine's NodeStep protocol:
+cordon, drain (evictions that respect PodDisruptionBudgets), the health gate's cluster
+checks, uncordon. The host side (packages, reboot, GPU checks) is `host.Installer`.
+
+Drain follows `kubectl drain`: DaemonSet and mirror (static) pods stay; every other pod is
+evicted through policy/v1 Eviction, which the API server refuses with 429 while a PDB
+allows no disruption. Refused evictions are retried until `drain_timeout_s`; then the node
+fails (stays cordoned), unless the operator allowed the fallback (`--drain-fallback
+delete`), which deletes the remaining pods, bypassing the PDB, and logs each one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from provisioner.kube import Eviction, KubeClient
+from provisioner.lifecycle import Phase
+from provisioner.workflows.engine import Journal, StepFailed, StepInterrupted
+
+
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False
+
+
+@dataclass
+class Clock:
+    """Time for the drain loop: real by default; the simulation passes a virtual one."""
+
+    now: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], bool] = _sleep  # True: a stop was requested meanwhile
+
+
+@dataclass
+class Cordon:
+    """ready -> cordoned: no new pods land on the node."""
+
+    kube: KubeClient
+    name: str = "cordon"
+    source: Phase = Phase.READY
+
+    def __call__(self, host: str, session: object) -> dict[str, Any]:
+        self.kube.cordon(host)
+        return {"unschedulable": True}
+
+
+@dataclass
+class DrainBegin:
+    """cordoned -> draining, committed before evictions start so a crash shows the truth."""
+
+    name: str = "drain"
+    source: Phase = Phase.CORDONED
+
+    def __call__(self, host: str, session: object) -> dict[str, Any]:
+        return {"started": True}
+
+
+@dataclass
+class Drain:
+    """draining -> upgrading: every evictable pod is gone (or the fallback deleted it)."""
+
+    kube: KubeClient
+    journal: Journal
+    timeout_s: float = 600.0
+    retry_s: float = 5.0
+    fallback_delete: bool = False
+    clock: Clock = field(default_factory=Clock)
+    name: str = "drain"
+    source: Phase = Phase.DRAINING
+
+    def __call__(self, host: str, session: object) -> dict[str, Any]:
+        pods = [p for p in self.kube.pods_on(host)
+                if p.owner_kind != "DaemonSet" and not p.mirror]
+        start = self.clock.now()
+        evicted = blocked_tries = 0
+        while pods:
+            left = []
+            for pod in pods:
+                outcome = self.kube.evict(pod)
+                if outcome is Eviction.BLOCKED:
+                    left.append(pod)
+                else:
+                    evicted += 1
+            pods = left
+            if not pods:
+                break
+            blocked_tries += 1
+            if self.clock.now() - start >= self.timeout_s:
+                names = ", ".join(map(str, pods[:5])) + (" ..." if len(pods) > 5 else "")
+                if not self.fallback_delete:
+                    raise StepFailed(f"drain: {len(pods)} pod(s) still blocked by a "
+                                     f"PodDisruptionBudget after {self.timeout_s:g} s "
+                                     f"({names}); the node stays cordoned")
+                for pod in pods:
+                    self.kube.delete(pod)
+                    self.journal.note(host, self.name, "drain_fallback",
+                                      f"deleted {pod}: eviction blocked by a "
+                                      f"PodDisruptionBudget for {self.timeout_s:g} s "
+                                      "(--drain-fallback delete)")
+                return {"evicted": evicted, "deleted": len(pods), "blocked_tries": blocked_tries}
+            if self.clock.sleep(self.retry_s):
+                raise StepInterrupted
+        return {"evicted": evicted, "blocked_tries": blocked_tries}
+
+
+@dataclass
+class Uncordon:
+    """verified -> ready: the node takes pods again. Only a node that passed its gate gets
+    here: a failed node is never uncordoned."""
+
+    kube: KubeClient
+    on_done: Callable[[str], None] = lambda _h: None
+    name: str = "uncordon"
+    source: Phase = Phase.VERIFIED
+
+    def __call__(self, host: str, session: object) -> dict[str, Any]:
+        self.kube.uncordon(host)
+        self.on_done(host)
+        return {"unschedulable": False}
+
+
+def cluster_gate(kube: KubeClient, host: str, gpus_expected: int) -> list[str]:
+    """The gate's cluster checks: node Ready, and every GPU allocatable again."""
+    health = kube.health(host)
+    problems = []
+    if not health.ready:
+        problems.append("node is not Ready")
+    if gpus_expected and health.allocatable_gpus < gpus_expected:
+        problems.append(f"allocatable nvidia.com/gpu is {health.allocatable_gpus}, "
+                        f"expected {gpus_expected}")
+    return problems

@@ -1,0 +1,80 @@
+"""The official `kubernetes` client (provisioner.kube.official) against the stand-in API
+server: every call the rolling upgrade makes goes over real HTTP through the official
+client's own serialisation, including the 429 a PodDisruptionBudget answers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from provisioner.errors import KubeError
+from provisioner.kube import Eviction, PodRef
+from provisioner.kube.official import OfficialClient
+from provisioner.kube.standin import StandInApiServer, world
+from provisioner.secrets import Secret
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[StandInApiServer]:
+    w = world(["n1", "n2"])
+    w["nodes"]["n2"]["ready"] = False
+    w["pods"] = [
+        {"namespace": "kube-system", "name": "dp", "node": "n1", "owner": "DaemonSet"},
+        {"namespace": "train", "name": "job-a", "node": "n1", "owner": "Job",
+         "labels": {"app": "train"}},
+        {"namespace": "train", "name": "job-b", "node": "n1", "owner": "Job",
+         "labels": {"app": "train"}},
+    ]
+    w["pdbs"] = [{"namespace": "train", "name": "train", "selector": {"app": "train"},
+                  "disruptions_allowed": 1}]
+    state = tmp_path / "world.json"
+    srv = StandInApiServer(state)
+    srv.save(w)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_cordon_evict_uncordon_through_the_official_client(api: StandInApiServer) -> None:
+    kube = OfficialClient(url=api.url, token=Secret("not-a-real-token"))
+    kube.cordon("n1")
+    assert api.load()["nodes"]["n1"]["unschedulable"] is True
+    pods = kube.pods_on("n1")
+    assert {p.name: p.owner_kind for p in pods} == {"dp": "DaemonSet", "job-a": "Job",
+                                                   "job-b": "Job"}
+    assert kube.pdbs() == ["train/train"]
+    # The PDB allows one disruption: the first eviction goes, the second gets 429.
+    assert kube.evict(PodRef("train", "job-a", "Job")) is Eviction.EVICTED
+    assert kube.evict(PodRef("train", "job-b", "Job")) is Eviction.BLOCKED
+    assert kube.evict(PodRef("train", "no-such-pod", "Job")) is Eviction.GONE
+    left = {p["name"] for p in api.load()["pods"]}
+    assert left == {"dp", "job-b"}
+    kube.delete(PodRef("train", "job-b", "Job"))
+    assert {p["name"] for p in api.load()["pods"]} == {"dp"}
+    h1, h2 = kube.health("n1"), kube.health("n2")
+    assert (h1.ready, h1.unschedulable, h1.allocatable_gpus) == (True, True, 8)
+    assert h2.ready is False and h1.kubelet_version == "v1.31.4"
+    kube.uncordon("n1")
+    assert api.load()["nodes"]["n1"]["unschedulable"] is False
+    # The bearer token went in a header, and nowhere the stand-in records.
+    assert "not-a-real-token" not in api.state.read_text()
+
+
+def test_an_unknown_node_is_a_kube_error_that_names_it(api: StandInApiServer) -> None:
+    kube = OfficialClient(url=api.url)
+    with pytest.raises(KubeError, match="nope") as exc:
+        kube.cordon("nope")
+    assert exc.value.status == 404
+
+
+def test_no_api_server_is_a_kube_error(tmp_path: Path) -> None:
+    srv = StandInApiServer(tmp_path / "w.json")
+    url = srv.url
+    srv.server_close()  # the port is free again: nothing answers
+    with pytest.raises(KubeError):
+        OfficialClient(url=url).health("n1")

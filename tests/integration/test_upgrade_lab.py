@@ -1,0 +1,119 @@
+"""`provision upgrade apply` end to end in the lab: the example site's SSH test hosts and
+BMC emulators, the real rendered roles at the bundle's versions, and the stand-in
+Kubernetes API server (these machines have no real one) answered through the official
+client. One node fails its health gate (its node reports NotReady): it stays cordoned, the
+others finish, the exit code says so; once it is fixed a re-run completes it.
+
+To keep CI time down, the control planes are recorded as already on the bundle (as a run
+that stopped after them leaves them; control planes first is shown by the unit test of
+apply and the simulation): the run here upgrades the three workers in one batch.
+
+Whether apt really moves the packages depends on the lab mirror of the payload (the
+needs_mirror tasks are skipped by tag until it lands); what this test shows is the rolling
+run, the gate, the state and the API calls."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner.inventory import load
+from provisioner.inventory.bundle_models import load_bundle
+from provisioner.inventory.topology import servers
+from provisioner.kube.standin import StandInApiServer, world
+from provisioner.lifecycle import LIFECYCLE
+from provisioner.profile import for_site
+from provisioner.state import StateStore
+from tests.conftest import EXAMPLE, requires_ssh_hosts
+from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
+
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, requires_ipmi_sim,
+              requires_ssh_hosts]
+BAD = "dgx02"
+CONTROL_PLANES = ("cp01", "cp02", "cp03")
+WORKERS = {"dgx01", "dgx02", "stor01"}
+
+
+@pytest.fixture(scope="module")
+def upgrade_lab(tmp_path_factory: Any) -> Iterator[tuple[Path, StandInApiServer]]:
+    with ssh_lab(tmp_path_factory, EXAMPLE, "upgrade") as (site, _):
+        loaded = load(site)
+        hosts = [p.hostname for p in servers(loaded)]
+        # The nodes were brought up earlier (test_up shows that run): recorded ready.
+        store = StateStore(for_site(loaded).state_path)
+        store.enroll(hosts)
+        for h in hosts:
+            for phase in LIFECYCLE[1:]:
+                store.transition(h, phase)
+        versions = load_bundle(site, "2026.11").bundle.components()
+        for h in CONTROL_PLANES:
+            store.record(h, "upgraded", {"bundle": "2026.11", "versions": versions})
+        w = world(hosts, kubelet="v1.31.4")
+        w["nodes"][BAD]["ready"] = False  # its kubelet does not come back: the gate fails
+        w["pods"] = [
+            {"namespace": "gpu-operator", "name": "dcgm-exporter-dgx01", "node": "dgx01",
+             "owner": "DaemonSet"},
+            {"namespace": "train", "name": "job-1", "node": "dgx01", "owner": "Job",
+             "labels": {"app": "train"}},
+        ]
+        w["pdbs"] = [{"namespace": "train", "name": "train", "selector": {"app": "train"},
+                      "disruptions_allowed": 1}]
+        srv = StandInApiServer(tmp_path_factory.mktemp("kube") / "world.json")
+        srv.save(w)
+        srv.start()
+        try:
+            yield site, srv
+        finally:
+            srv.shutdown()
+            srv.server_close()
+
+
+def apply(site: Path, url: str) -> tuple[int, dict[str, Any], str]:
+    proc = provision("upgrade", "apply", str(site), "--to", "2026.11", "--kube-api", url,
+                     "--batch", "100%", "--max-unavailable", "3", "--max-failures", "2",
+                     "--drain-timeout", "5", "--json", "--no-progress", timeout=3000)
+    doc = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    return proc.returncode, doc, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_upgrade_apply_one_node_fails_its_gate_then_a_rerun_completes(upgrade_lab):
+    site, srv = upgrade_lab
+    plan = json.loads(provision("upgrade", "plan", str(site), "--to", "2026.11",
+                                "--batch", "100%", "--max-unavailable", "3", "--json",
+                                check=True).stdout)
+    assert plan["ok"] and [sorted(b) for b in plan["batches"]] == [sorted(WORKERS)]
+
+    code, doc, out = apply(site, srv.url)
+    assert code == 9, out  # some nodes failed, within the failure budget
+    assert doc["failed"] == [BAD] and not doc["budget_spent"] and not doc["not_started"]
+    phases = {n["hostname"]: n for n in doc["nodes"]}
+    assert phases[BAD]["phase"] == "failed" and phases[BAD]["failed_phase"] == "configured"
+    assert "node is not Ready" in phases[BAD]["reason"]
+    assert {h for h, n in phases.items() if n["phase"] == "ready"} == set(phases) - {BAD}
+    assert {h for h, n in phases.items() if n["steps"]} == WORKERS  # the roles ran there
+    assert any("needs_gpu" in n for n in doc["notes"])  # GPU checks said skipped, not passed
+    w = srv.load()
+    assert w["nodes"][BAD]["unschedulable"] is True  # it stays cordoned
+    assert not any(n["unschedulable"] for h, n in w["nodes"].items() if h != BAD)
+    assert [p["name"] for p in w["pods"]] == ["dcgm-exporter-dgx01"]  # Job evicted, DS kept
+    evictions = [e for e in w["log"] if "eviction" in e.get("path", "")]
+    assert len(evictions) == 1
+    store = StateStore(for_site(load(site)).state_path)
+    upgraded = {e.hostname for e in store.events() if e.kind == "upgraded"}
+    assert upgraded == set(phases) - {BAD}  # the control planes' earlier records included
+    assert store.lease_holder() is None  # the lease went with the run
+
+    w["nodes"][BAD]["ready"] = True  # fixed
+    srv.save(w)
+    code, doc, out = apply(site, srv.url)
+    assert code == 0, out
+    assert [n["hostname"] for n in doc["nodes"] if n["steps"]] == [BAD]
+    assert all(n["phase"] == "ready" for n in doc["nodes"])
+    assert srv.load()["nodes"][BAD]["unschedulable"] is False
+    again = json.loads(provision("upgrade", "plan", str(site), "--to", "2026.11", "--json",
+                                 check=True).stdout)
+    assert again["changes"] == [c for c in again["changes"] if not c["nodes"]]

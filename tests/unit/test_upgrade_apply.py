@@ -1,0 +1,87 @@
+"""upgrade.apply's wiring without the lab: the example site, the official Kubernetes
+client against the stand-in API server, a real state store; the host side (roles, reboot,
+GPU checks) recorded instead of run (the lab e2e runs it for real). One node fails its gate:
+it stays cordoned and failed, the rest are upgraded and recorded; after it is fixed a
+re-run retries only it; then plan sees nothing left to change on any node."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from provisioner.inventory import load
+from provisioner.inventory.topology import servers
+from provisioner.kube.official import OfficialClient
+from provisioner.kube.standin import StandInApiServer, world
+from provisioner.lifecycle import LIFECYCLE, Phase
+from provisioner.profile import for_site
+from provisioner.state import StateStore
+from provisioner.upgrade import apply as apply_mod
+from provisioner.upgrade.host import Outcome
+from tests.conftest import EXAMPLE
+
+
+class Recorder:
+    """The Installer seam: records which nodes got the roles and which rebooted."""
+
+    def __init__(self) -> None:
+        self.installed: list[list[str]] = []
+        self.rebooted: list[str] = []
+
+    def install(self, batch: Sequence[str], reboot: Sequence[str]) -> Outcome:
+        self.installed.append(list(batch))
+        self.rebooted += reboot
+        return dict.fromkeys(batch)
+
+    def gate(self, batch: Sequence[str]) -> Outcome:
+        return dict.fromkeys(batch)
+
+
+def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    loaded = load(site)
+    profile = for_site(loaded, lab=False)
+    hosts = [p.hostname for p in servers(loaded)]
+    store = StateStore(profile.state_path)
+    store.enroll(hosts)
+    for h in hosts:
+        for phase in LIFECYCLE[1:]:
+            store.transition(h, phase)
+    w = world(hosts)
+    w["nodes"]["dgx02"]["ready"] = False
+    srv = StandInApiServer(tmp_path / "world.json")
+    srv.save(w)
+    srv.start()
+    try:
+        kube = OfficialClient(url=srv.url)
+        opts = apply_mod.ApplyOptions(plan=apply_mod.PlanOptions(batch=1, max_unavailable=2),
+                                      max_failures=2)
+        rec = Recorder()
+        r1 = apply_mod.apply(loaded, "2026.11", kube, {}, opts, profile=profile,
+                             installer=rec)
+        assert [n.hostname for n in r1.failed] == ["dgx02"] and not r1.ok
+        assert "node is not Ready" in (r1.failed[0].reason or "")
+        assert rec.installed[:3] == [["cp01"], ["cp02"], ["cp03"]]  # control planes first
+        assert sorted(rec.rebooted) == ["dgx01", "dgx02"]  # the driver changed on GPU nodes
+        nodes = srv.load()["nodes"]
+        assert nodes["dgx02"]["unschedulable"] is True
+        assert [h for h in hosts if nodes[h]["unschedulable"]] == ["dgx02"]
+        upgraded = {e.hostname for e in store.events() if e.kind == "upgraded"}
+        assert upgraded == set(hosts) - {"dgx02"}
+
+        w = srv.load()
+        w["nodes"]["dgx02"]["ready"] = True
+        srv.save(w)
+        rec2 = Recorder()
+        r2 = apply_mod.apply(loaded, "2026.11", kube, {}, opts, profile=profile,
+                             installer=rec2)
+        assert r2.ok and rec2.installed == []  # retried from its gate, not reinstalled
+        assert all(store.node(h).phase is Phase.READY for h in hosts)
+        assert srv.load()["nodes"]["dgx02"]["unschedulable"] is False
+        again, _ = apply_mod.plan(loaded, "2026.11", opts.plan, profile=profile)
+        assert all(not n.changes for n in again.nodes)
+    finally:
+        srv.shutdown()
+        srv.server_close()

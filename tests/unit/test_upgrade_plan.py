@@ -1,0 +1,136 @@
+"""upgrade plan: refusals against DOMAIN.md §3-§4, bundle errors with file:line, changes,
+batches per failure domain, and the CLI's exit code 11."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from provisioner.errors import ConfigError, ExitCode, InventoryError
+from provisioner.inventory import load
+from provisioner.inventory.bundle_models import load_bundle
+from provisioner.inventory.topology import servers
+from provisioner.profile import for_site
+from provisioner.upgrade import apply as apply_mod
+from provisioner.upgrade.plan import PlanOptions, make_plan
+from tests.conftest import EXAMPLE, ROOT
+
+GOOD = """\
+bundle: {name: "next"}
+nvidia_driver: {branch: "570", version: "570.148.08", kernel_modules: auto}
+fabric_manager: "570.148.08"
+nscq: "570.148.08"
+cuda: "12.8.1"
+doca: "2.9.1"
+kubernetes: "1.32.4"
+"""
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    dest = tmp_path / "site"
+    shutil.copytree(EXAMPLE, dest, ignore=shutil.ignore_patterns(".provision"))
+    return dest
+
+
+def plan_of(site: Path, text: str, **kw: object):  # type: ignore[no-untyped-def]
+    (site / "bundles" / "next.yaml").write_text(text)
+    loaded = load(site)
+    p, _ = apply_mod.plan(loaded, "next", PlanOptions(**kw), None,  # type: ignore[arg-type]
+                          for_site(loaded))
+    return p
+
+
+def codes(site: Path, text: str) -> list[str]:
+    return [r.code for r in plan_of(site, text).refusals]
+
+
+def test_good_bundle_is_planned_control_planes_first(site: Path) -> None:
+    p = plan_of(site, GOOD)
+    assert p.ok, p.refusals
+    assert p.batches[:3] == [["cp01"], ["cp02"], ["cp03"]]
+    changed = {c.component: c for c in p.changes}
+    assert changed["nvidia_driver"].hosts == ("dgx01", "dgx02")
+    assert changed["kubernetes"].direction == "upgrade"
+    assert {n.hostname for n in p.nodes if n.reboot} == {"dgx01", "dgx02"}
+    assert p.rollback and "kubernetes" in p.rollback[0]
+
+
+def test_cuda_needs_newer_driver(site: Path) -> None:
+    old = GOOD.replace("570.148.08", "570.86.15").replace('cuda: "12.8.1"', 'cuda: "12.9"')
+    assert "cuda-needs-newer-driver" in codes(site, old)
+
+
+def test_fabric_manager_must_equal_driver(site: Path) -> None:
+    bad = GOOD.replace('fabric_manager: "570.148.08"', 'fabric_manager: "570.124.06"')
+    assert codes(site, bad) == ["fabric-manager-version"]
+    assert "nscq-version" in codes(site, GOOD.replace('nscq: "570.148.08"',
+                                                      'nscq: "570.124.06"'))
+    assert "fabric-manager-missing" in codes(
+        site, GOOD.replace('fabric_manager: "570.148.08"\n', ""))
+
+
+def test_kubernetes_may_not_skip_a_minor(site: Path) -> None:
+    assert codes(site, GOOD.replace("1.32.4", "1.33.1")) == ["kubernetes-skips-minor"]
+
+
+def test_kubernetes_downgrade_is_refused_driver_downgrade_is_a_warning(site: Path) -> None:
+    back = GOOD.replace("1.32.4", "1.30.9").replace("570.148.08", "570.124.06")
+    p = plan_of(site, back.replace('"12.8.1"', '"12.8"'))
+    assert [r.code for r in p.refusals] == ["kubernetes-downgrade"]
+    drv = GOOD.replace("570.148.08", "570.86.15").replace('"12.8.1"', '"12.8"').replace(
+        "1.32.4", "1.31.4")
+    p = plan_of(site, drv)
+    assert p.ok and any("nvidia_driver goes back" in w for w in p.warnings)
+
+
+def test_kubelet_never_newer_than_apiserver(site: Path) -> None:
+    (site / "bundles" / "next.yaml").write_text(GOOD)
+    loaded = load(site)
+    p, _ = apply_mod.plan(loaded, "next", PlanOptions(), "dgx*", for_site(loaded))
+    assert "kubelet-newer-than-apiserver" in [r.code for r in p.refusals]
+
+
+def test_open_modules_on_volta(site: Path) -> None:
+    placements = site / "placements.yaml"
+    placements.write_text(placements.read_text().replace("block: dgx-h100", "block: dgx-1"))
+    bad = GOOD.replace("kernel_modules: auto", "kernel_modules: open")
+    assert "open-modules-unsupported" in codes(site, bad)
+    assert "open-modules-unsupported" not in codes(site, GOOD)
+
+
+def test_bundle_errors_name_file_line_and_key(site: Path) -> None:
+    (site / "bundles" / "next.yaml").write_text(GOOD.replace("cuda:", "cudaa:"))
+    with pytest.raises(InventoryError) as exc:
+        load_bundle(site, "next")
+    assert "next.yaml:5:1" in str(exc.value) and "cudaa" in str(exc.value)
+    (site / "bundles" / "next.yaml").write_text(GOOD.replace('"1.32.4"', "1.32"))
+    with pytest.raises(InventoryError, match=r"next.yaml:7:\d+.*kubernetes"):
+        load_bundle(site, "next")
+    with pytest.raises(ConfigError, match=r"2026\.10, 2026\.11"):
+        load_bundle(site, "missing")
+
+
+def test_failure_domains_by_label_and_percentage(site: Path) -> None:
+    (site / "bundles" / "next.yaml").write_text(GOOD)
+    loaded = load(site)
+    hosts = servers(loaded)
+    current = {h.hostname: {"kubernetes": "1.31.4"} for h in hosts}
+    target = load_bundle(site, "next").bundle
+    p = make_plan(loaded, hosts, target, current, PlanOptions(batch=10, max_unavailable="50%"))
+    assert p.max_unavailable == {"r01": 3}  # 50 % of the rack's 6 servers
+    assert p.batches == [["cp01"], ["cp02"], ["cp03"], ["dgx01", "dgx02", "stor01"]]
+    with pytest.raises(ConfigError, match="no label 'zone'"):
+        make_plan(loaded, hosts, target, current, PlanOptions(domain_label="zone"))
+
+
+def test_cli_exit_code_for_a_refused_plan(site: Path) -> None:
+    (site / "bundles" / "next.yaml").write_text(GOOD.replace("1.32.4", "1.34.0"))
+    proc = subprocess.run([sys.executable, "-m", "provisioner", "upgrade", "plan", str(site),
+                           "--to", "next", "--json"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == ExitCode.UPGRADE_REFUSED == 11
+    assert '"kubernetes-skips-minor"' in proc.stdout
