@@ -24,6 +24,7 @@ class ExitCode(IntEnum):
     STATE = 8
     NODES_FAILED = 9  # `provision up` finished, and at least one node failed (others went on)
     FABRIC = 10  # hosts and switches disagree on RoCE QoS, or a switch push failed
+    EXECUTION = 11  # an execution node is unreachable or unfit (`provision doctor`)
     INTERRUPTED = 130
 
 
@@ -77,6 +78,12 @@ class RenderError(ProvisionerError):
 
 class PlaybookError(ProvisionerError):
     exit_code = ExitCode.PLAYBOOK
+
+
+class ExecutionError(ProvisionerError):
+    """An execution node could not run (or finish) its share: unreachable, died, unfit."""
+
+    exit_code = ExitCode.EXECUTION
 
 
 class StateError(ProvisionerError):

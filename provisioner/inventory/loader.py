@@ -347,6 +347,7 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path) -> frozenset[str]
         creds.update(data["credentials"])
     if isinstance(site, dict) and isinstance(data.get("ssh"), dict):
         site["ssh"] = {**(site.get("ssh") or {}), **data["ssh"]}
+    _overlay_execution(merged, data.get("execution"))
     endpoints: dict[str, Any] = data["bmc"]
     applied = set()
     for placement in merged.get("placements") or []:
@@ -359,6 +360,20 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path) -> frozenset[str]
                 node["bmc"] = {**{k: v for k, v in node["bmc"].items() if k != "tls"}, **ep}
                 applied.add(str(node["hostname"]))
     return frozenset(applied)
+
+
+def _overlay_execution(merged: dict[str, Any], lab: Any) -> None:
+    """The lab's execution nodes (provisioner/lab/execution.py): how to reach each one
+    named in provisioning.execution.nodes (user, key, known hosts, ansible-runner path)."""
+    prov = merged.get("provisioning")
+    ex = prov.get("execution") if isinstance(prov, dict) else None
+    nodes = ex.get("nodes") if isinstance(ex, dict) else None
+    if not isinstance(lab, dict) or not isinstance(nodes, list):
+        return
+    for node in nodes:
+        entry = lab.get(str(node.get("name"))) if isinstance(node, dict) else None
+        if isinstance(entry, dict):
+            node.update(entry)
 
 
 # ---------------------------------------------------------------- entry point
