@@ -8,6 +8,7 @@ cost of the bare parse (bench/inventory_scale.py).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -147,6 +148,18 @@ def _parse_file(path: Path, display: str, budget: int = MAX_EXPANDED_NODES
     return parse(raw, display, budget)
 
 
+def node_budget(files: list[Path]) -> int:
+    """YAML nodes a site may expand to: 1,000,000, or a quarter of its bytes when larger.
+    A written-out node takes at least ~4 bytes (a 10,000-server site: ~7), so a large
+    site still loads (100,000 servers are ~3M nodes), while aliases can never make a site
+    bigger than text of its own size could be: no amplification, memory grows with bytes."""
+    total_bytes = 0
+    for p in files:
+        with contextlib.suppress(OSError):  # unreadable: _parse_file says so, by name
+            total_bytes += p.stat().st_size
+    return max(MAX_EXPANDED_NODES, total_bytes // 4)
+
+
 def _inventory_files(root: Path) -> list[Path]:
     if root.is_file():
         return [root]
@@ -175,8 +188,9 @@ def _merge(root: Path) -> tuple[dict[str, Any], SourceMap]:
     merged: dict[str, Any] = {}
     smap = SourceMap()
     problems: list[Finding] = []
-    budget = MAX_EXPANDED_NODES  # shared by all files: many files are not a way around it
-    for path in _inventory_files(root):
+    files = _inventory_files(root)
+    budget = node_budget(files)  # shared by all files: many files are not a way around it
+    for path in files:
         display = _display(path)
         smap.files.append(display)
         data, node, smap.lines[display], used = _parse_file(path, display, budget)

@@ -121,8 +121,9 @@ def _guard(raw: bytes, display: str, lines: Lines, budget: int) -> int:
             if size > budget or total + size > budget:
                 line, col = lines.position(ev.start_mark)
                 raise fail(display, line, col,
-                           f"the inventory has more than {MAX_EXPANDED_NODES:,} nodes once "
-                           "aliases are expanded", "write the data out instead of nesting "
+                           "the inventory has too many nodes once aliases are expanded "
+                           f"(the limit: {MAX_EXPANDED_NODES:,}, or a quarter of the site's "
+                           "bytes if larger)", "write the data out instead of nesting "
                            "anchors, or split the site", code="yaml-alias-bomb")
             if anchor:
                 anchors[anchor] = size
