@@ -1,12 +1,14 @@
 """site.yml across two execution nodes (ansible-runner transmit -> ssh worker -> process)
 against the lab's SSH hosts, compared with the same playbook run locally on fresh hosts;
-then an execution node killed by PID mid-run, and one that cannot be reached.
+then (same lab) an execution node killed by PID mid-run, `provision doctor` before and
+after, and the dead node's share of a playbook not safe to repeat.
 
 One lab at a time on this machine: run under `flock /tmp/pv-lab.lock`.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -15,10 +17,11 @@ import pytest
 from provisioner import lab as lab_mod
 from provisioner import render, runner
 from provisioner.execution import dispatch
+from provisioner.execution import doctor as doctor_mod
 from provisioner.inventory import load
 from provisioner.lab import execution as lab_execution
 from tests.conftest import EXAMPLE, requires_ssh_hosts
-from tests.integration.conftest import requires_ipmi_sim
+from tests.integration.conftest import provision, requires_ipmi_sim
 
 pytestmark = [pytest.mark.integration, requires_ipmi_sim, requires_ssh_hosts]
 
@@ -55,7 +58,7 @@ def counts(result: runner.RunResult) -> dict[str, tuple[int, int, int, int]]:
     return {h: (s.ok, s.changed, s.failed, s.unreachable) for h, s in result.hosts.items()}
 
 
-def test_same_outcome_locally_and_across_execution_nodes_and_a_killed_node(site):
+def test_same_outcome_locally_and_across_execution_nodes_then_a_killed_node(site):
     try:
         _, out = fresh_lab(site)
         local = runner.run_playbook(out, "site.yml")
@@ -84,9 +87,15 @@ def test_same_outcome_locally_and_across_execution_nodes_and_a_killed_node(site)
         assert sum(c[1] for c in merged.values()) > 0
         assert all(lost is None for _, _, lost in attempts)
 
-        # ex1 killed by PID at its first task event: its share (and only its share) runs
-        # again on ex2, with the reason recorded; ex2's own share finishes undisturbed
-        state, out = fresh_lab(site)
+        # `provision doctor`: both nodes fit (the lab's versions are the controller's)
+        doc = provision("doctor", str(site), "--json")
+        assert doc.returncode == 0, doc.stdout + doc.stderr
+        report = json.loads(doc.stdout)
+        assert [(n["node"], n["ok"]) for n in report["nodes"]] == [("ex1", True), ("ex2", True)]
+
+        # ex1 killed by PID at its first task event (same hosts, second run of site.yml):
+        # its share, and only its share, runs again on ex2 with the reason recorded; ex2's
+        # own share finishes undisturbed
         killed: list[int] = []
         ex1_hosts = set(outcomes[0].hosts)
 
@@ -95,10 +104,9 @@ def test_same_outcome_locally_and_across_execution_nodes_and_a_killed_node(site)
                 killed.extend(lab_execution.kill(state.execution_hosts, "ex1"))
 
         attempts.clear()
-        second = dispatch.run_batch(
-            load(site).site.provisioning.execution, {}, out, "site.yml", sorted(HOSTS),
-            idempotent=True, on_event=on_event,
-            record=lambda a, n: attempts.append((a.worker, n, a.lost)))
+        second = dispatch.run_batch(ex, {}, out, "site.yml", sorted(HOSTS), idempotent=True,
+                                    on_event=on_event,
+                                    record=lambda a, n: attempts.append((a.worker, n, a.lost)))
         assert killed
         lost = [a for a in attempts if a[2] is not None]
         assert [(w, n) for w, n, _ in lost] == [("ex1", 1)]
@@ -109,27 +117,19 @@ def test_same_outcome_locally_and_across_execution_nodes_and_a_killed_node(site)
         assert set(second[0].final.result.hosts) == ex1_hosts
         assert [a.worker for a in second[1].attempts] == ["ex2"]
         assert second[1].final.result is not None and second[1].final.result.ok
-        # the repeated share's counts differ from a fresh run only where ex1 got to first
-        assert set(counts(second[1].final.result)) == set(outcomes[1].hosts)
-    finally:
-        lab_mod.down(load(site))
+        assert set(second[1].final.result.hosts) == set(outcomes[1].hosts)
 
-
-def test_unreachable_node_fails_exactly_its_share_when_not_safe_to_repeat(site):
-    """ex2 is down (never started): with a playbook not safe to repeat its hosts fail with
-    ssh's reason and are not retried; ex1's hosts run."""
-    try:
-        state, out = fresh_lab(site)
-        lab_execution.kill(state.execution_hosts, "ex2")
-        loaded = load(site)
-        outcomes = dispatch.run_batch(loaded.site.provisioning.execution, {}, out,
-                                      "ping.yml", sorted(HOSTS), idempotent=False)
-        ok, lost = outcomes
-        assert ok.final.worker == "ex1" and ok.final.result is not None and ok.final.result.ok
-        assert set(ok.final.result.hosts) == set(ok.hosts)
-        assert len(lost.attempts) == 1 and lost.final.result is None
-        assert "execution node ex2 (10.250.0.202) lost: ssh exited 255" in str(lost.final.lost)
-        assert set(ok.hosts) | set(lost.hosts) == HOSTS
-        assert not set(ok.hosts) & set(lost.hosts)
+        # ex1 is now dead: doctor says so, naming it; a playbook not safe to repeat fails
+        # exactly ex1's hosts with ssh's reason, not retried, and ex2's hosts run
+        health = {h.node: h for h in doctor_mod.check(ex)}
+        assert health["ex2"].ok and not health["ex1"].reachable
+        assert health["ex1"].problems[0].startswith("SSH to root@10.250.0.201:22 failed")
+        third = dispatch.run_batch(ex, {}, out, "ping.yml", sorted(HOSTS), idempotent=False)
+        gone, ran = third
+        assert len(gone.attempts) == 1 and gone.final.result is None
+        assert set(gone.hosts) == ex1_hosts
+        assert "execution node ex1 (10.250.0.201) lost: ssh exited 255" in str(gone.final.lost)
+        assert ran.final.worker == "ex2" and ran.final.result is not None and ran.final.result.ok
+        assert set(ran.final.result.hosts) == set(ran.hosts) == HOSTS - ex1_hosts
     finally:
         lab_mod.down(load(site))

@@ -152,3 +152,26 @@ def test_stage_leaves_the_rendered_project_untouched(tmp_path):
     assert (out / "artifacts" / "x").is_dir()
     shutil.rmtree(stage.parent)
     assert isinstance(stage, Path)
+
+
+def test_doctor_cli_exit_codes_and_json(tmp_path):
+    """No execution nodes: exit 0 and says so; one that refuses SSH: exit 11, named."""
+    from typer.testing import CliRunner
+
+    from provisioner.cli import app
+
+    cli = CliRunner()
+    none = cli.invoke(app, ["doctor", str(EXAMPLE)])
+    assert none.exit_code == 0, none.output
+    assert "no execution nodes" in none.output
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    with (site / "site.yaml").open("a") as f:
+        f.write("provisioning:\n  execution:\n    connect_timeout_s: 5\n    nodes:\n"
+                "      - {name: ex1, address: 127.0.0.1, port: 1}\n")
+    bad = cli.invoke(app, ["doctor", str(site), "--json"])
+    assert bad.exit_code == 11, bad.output
+    doc = json.loads(bad.output)
+    assert doc["schema"] == "provisioner.doctor/v1" and doc["ok"] is False
+    assert [n["node"] for n in doc["nodes"]] == ["ex1"]
+    assert "Connection refused" in doc["nodes"][0]["problems"][0]
