@@ -38,9 +38,9 @@ site: {name: scale-%(n)d}
 credentials:
   bmc: {username: admin, password: {env: BMC_PASSWORD}}
 networks:
-  - {name: mgmt, kind: management, cidr: 10.0.0.0/16}
-  - {name: oob, kind: oob, cidr: 10.1.0.0/16}
-  - {name: roce, kind: roce, cidr: 10.2.0.0/16, mtu: 9000}
+  - {name: mgmt, kind: management, cidr: 10.0.0.0/12}
+  - {name: oob, kind: oob, cidr: 10.16.0.0/12}
+  - {name: roce, kind: roce, cidr: 10.32.0.0/12, mtu: 9000}
 software:
   nvidia_driver: {branch: "570", version: "570.124.06"}
   cuda: "12.8"
@@ -58,11 +58,12 @@ def generate(n_nodes: int) -> str:
         nonlocal node
         i = node
         node += 1
-        hi, lo = divmod(i + 10, 250)
+        top, rest = divmod(i + 10, 62_500)  # /12 networks: 100,000 nodes fit
+        hi, lo = divmod(rest, 250)
         roles = f", roles: [{role}]" if role else ""
         return (f"      - {{hostname: n{i:05d}{roles}, "
-                f"bmc: {{protocol: redfish, address: 10.1.{hi}.{lo}, credentials: bmc}}, "
-                f"addresses: {{mgmt: 10.0.{hi}.{lo}, roce: 10.2.{hi}.{lo}}}, "
+                f"bmc: {{protocol: redfish, address: 10.{16 + top}.{hi}.{lo}, credentials: bmc}}, "
+                f"addresses: {{mgmt: 10.{top}.{hi}.{lo}, roce: 10.{32 + top}.{hi}.{lo}}}, "
                 f"macs: {{mgmt: '52:54:00:{(i >> 16) & 255:02x}:"
                 f"{(i >> 8) & 255:02x}:{i & 255:02x}'}}}}")
 
