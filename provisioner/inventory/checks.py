@@ -12,7 +12,7 @@ from ipaddress import IPv4Address, ip_address
 from provisioner import power
 from provisioner.inventory import fabric_checks, software_checks
 from provisioner.inventory.findings import Category, Finding, Severity
-from provisioner.inventory.loader import KeyPath, LoadedSite
+from provisioner.inventory.loader import KeyPath, LoadedSite, gc_paused
 from provisioner.inventory.models import (
     BlockKind,
     BlockType,
@@ -50,6 +50,11 @@ class _Collector:
 
 def check(loaded: LoadedSite, basis: power.Basis = "nameplate") -> list[Finding]:
     """All findings for a site, errors and warnings, in inventory order within each check."""
+    with gc_paused():  # the loaded site is millions of objects at 100,000 nodes
+        return _check(loaded, basis)
+
+
+def _check(loaded: LoadedSite, basis: power.Basis) -> list[Finding]:
     emit = _Collector(loaded)
     emit.findings.extend(loaded.warnings)
     for fn in (_placements, _uniqueness, _networks, _credentials, software_checks.check,
