@@ -175,3 +175,46 @@ def test_doctor_cli_exit_codes_and_json(tmp_path):
     assert doc["schema"] == "provisioner.doctor/v1" and doc["ok"] is False
     assert [n["node"] for n in doc["nodes"]] == ["ex1"]
     assert "Connection refused" in doc["nodes"][0]["problems"][0]
+
+
+def test_up_step_records_the_worker_and_fails_a_lost_share_with_the_reason(tmp_path):
+    """The engine's ansible step with an execution node that refuses SSH (real ssh): its
+    hosts fail with ssh's reason, not retried (no other node; and not safe to repeat),
+    and the state store says which worker was tried, attempt and why it was lost."""
+    import threading
+
+    from provisioner.inventory.topology import servers
+    from provisioner.lifecycle import Phase
+    from provisioner.profile import for_site
+    from provisioner.state import StateStore
+    from provisioner.workflows.engine import Journal
+    from provisioner.workflows.steps import Context
+    from provisioner.workflows.steps.ansible import Playbook
+
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    with (site / "site.yaml").open("a") as f:
+        f.write("provisioning:\n  execution:\n    connect_timeout_s: 5\n    nodes:\n"
+                "      - {name: ex1, address: 127.0.0.1, port: 1}\n")
+    loaded = load(site)
+    plans = {s.hostname: s for s in servers(loaded)}
+    hosts = ["cp01", "dgx01"]
+    store = StateStore(tmp_path / "state.db")
+    store.enroll(hosts)
+    for h in hosts:
+        for p in (Phase.INSPECTED, Phase.BOOTING, Phase.OS_READY):
+            store.transition(h, p)
+    journal = Journal(store, store.start_run("test"), None)
+    journal.load(hosts)
+    ctx = Context(loaded, {}, journal, threading.Event(), plans, for_site(loaded),
+                  project_dir=render.render(loaded, tmp_path / "ansible").out)
+    Playbook(ctx, "ping.yml", "configure", Phase.OS_READY, Phase.CONFIGURED, 5,
+             idempotent=False)(hosts)
+    for h in hosts:
+        node = store.node(h)
+        assert node.phase is Phase.FAILED and node.reason is not None
+        assert node.reason.startswith("execution node ex1 (127.0.0.1) lost: ssh exited 255")
+        assert "not safe to repeat: not retried" in node.reason
+        [ev] = [e for e in store.events(h) if e.kind == "execution"]
+        assert ev.detail["worker"] == "ex1" and ev.detail["attempt"] == 1
+        assert ev.detail["playbook"] == "ping.yml" and "Connection refused" in ev.detail["lost"]
