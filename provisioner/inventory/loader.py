@@ -396,15 +396,17 @@ def _overlay_execution(merged: dict[str, Any], lab: Any) -> None:
 
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
-    """Python's cyclic GC off while a site is built: loading allocates millions of
-    objects that form no cycles, and each full collection walks all of them again (a
-    100,000-node site loaded ~3x slower with it on; bench/inventory_scale.py). Whatever
-    cycles there are get collected once it is back on."""
+    """Python's cyclic GC off while a site is built, and what was built then moved out of
+    its sight (gc.freeze): a site is millions of objects that form no cycles and live as
+    long as the command, and every full collection would walk all of them again - a
+    20,000-node site loaded ~3x slower, and any later allocation paid seconds
+    (bench/inventory_scale.py). Frozen objects are still freed by reference counting."""
     was_on = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        gc.freeze()
         if was_on:
             gc.enable()
 
