@@ -14,7 +14,7 @@ cores are shared and wall time would measure the neighbours):
   once beforehand) against a state store holding every node, in mixed phases, and the
   CPU microseconds per node, which stay flat when the growth is linear.
 
-    python bench/inventory_scale.py [--repeat 3] [--sizes 1000,10000,100000] [--no-state]
+    python bench/inventory_scale.py [--repeat 2] [--sizes 1000,10000,50000,100000] [--no-state]
 """
 
 from __future__ import annotations
@@ -122,8 +122,8 @@ def seed_state(loaded: LoadedSite) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--sizes", default="1000,10000,50000,100000")
     ap.add_argument("--no-state", action="store_true", help="skip status / plan")
     args = ap.parse_args()
     print("CPU seconds of this process, best of", args.repeat)
