@@ -12,7 +12,7 @@ from ipaddress import IPv4Address, ip_address
 from provisioner import power
 from provisioner.inventory import fabric_checks, software_checks
 from provisioner.inventory.findings import Category, Finding, Severity
-from provisioner.inventory.loader import KeyPath, LoadedSite, gc_paused
+from provisioner.inventory.loader import KeyPath, LoadedSite
 from provisioner.inventory.models import (
     BlockKind,
     BlockType,
@@ -21,6 +21,7 @@ from provisioner.inventory.models import (
     Role,
 )
 from provisioner.inventory.security import transport_warnings
+from provisioner.inventory.yamlsafe import gc_paused
 
 Emit = Callable[..., None]
 

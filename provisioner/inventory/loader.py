@@ -8,10 +8,8 @@ cost of the bare parse (bench/inventory_scale.py).
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import gc
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -30,6 +28,8 @@ from provisioner.inventory.yamlsafe import (
     Lines,
     Loader,
     fail,
+    gc_paused,
+    node_budget,
     parse,
 )
 
@@ -149,18 +149,6 @@ def _parse_file(path: Path, display: str, budget: int = MAX_EXPANDED_NODES
     return parse(raw, display, budget)
 
 
-def node_budget(files: list[Path]) -> int:
-    """YAML nodes a site may expand to: 1,000,000, or a quarter of its bytes when larger.
-    A written-out node takes at least ~4 bytes (a 10,000-server site: ~7), so a large
-    site still loads (100,000 servers are ~3M nodes), while aliases can never make a site
-    bigger than text of its own size could be: no amplification, memory grows with bytes."""
-    total_bytes = 0
-    for p in files:
-        with contextlib.suppress(OSError):  # unreadable: _parse_file says so, by name
-            total_bytes += p.stat().st_size
-    return max(MAX_EXPANDED_NODES, total_bytes // 4)
-
-
 def _inventory_files(root: Path) -> list[Path]:
     if root.is_file():
         return [root]
@@ -190,7 +178,8 @@ def _merge(root: Path) -> tuple[dict[str, Any], SourceMap]:
     smap = SourceMap()
     problems: list[Finding] = []
     files = _inventory_files(root)
-    budget = node_budget(files)  # shared by all files: many files are not a way around it
+    # shared by all files: many files are not a way around it
+    budget = node_budget(files, MAX_EXPANDED_NODES)
     for path in files:
         display = _display(path)
         smap.files.append(display)
@@ -392,23 +381,6 @@ def _overlay_execution(merged: dict[str, Any], lab: Any) -> None:
 
 
 # ---------------------------------------------------------------- entry point
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic GC off while a site is built, and what was built then moved out of
-    its sight (gc.freeze): a site is millions of objects that form no cycles and live as
-    long as the command, and every full collection would walk all of them again - a
-    20,000-node site loaded ~3x slower, and any later allocation paid seconds
-    (bench/inventory_scale.py). Frozen objects are still freed by reference counting."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if was_on:
-            gc.enable()
 
 
 def load(path: str | Path) -> LoadedSite:
