@@ -26,6 +26,9 @@ from tests.integration.conftest import provision, requires_ipmi_sim
 pytestmark = [pytest.mark.integration, requires_ipmi_sim, requires_ssh_hosts]
 
 HOSTS = {"cp01", "cp02", "cp03", "dgx01", "dgx02", "stor01"}
+# site.yml runs over two hosts (the first control plane and a DGX: the two richest host
+# kinds), one per execution node: on CI's 2 cores Ansible's time grows with the hosts.
+RUN = ["cp01", "dgx01"]
 EXECUTION = """
 provisioning:
   execution:
@@ -61,7 +64,7 @@ def counts(result: runner.RunResult) -> dict[str, tuple[int, int, int, int]]:
 def test_same_outcome_locally_and_across_execution_nodes_then_a_killed_node(site):
     try:
         _, out = fresh_lab(site)
-        local = runner.run_playbook(out, "site.yml")
+        local = runner.run_playbook(out, "site.yml", limit=",".join(RUN))
         assert local.ok, [f"{e.host} | {e.task}: {e.message}" for e in local.failures]
 
         state, out = fresh_lab(site)
@@ -71,7 +74,7 @@ def test_same_outcome_locally_and_across_execution_nodes_then_a_killed_node(site
         assert ex.nodes[0].ansible_runner.endswith("/bin/ansible-runner")
         attempts: list[tuple[str, int, str | None]] = []
         outcomes = dispatch.run_batch(
-            ex, {}, out, "site.yml", sorted(HOSTS), idempotent=True,
+            ex, {}, out, "site.yml", RUN, idempotent=True,
             record=lambda a, n: attempts.append((a.worker, n, a.lost)))
         assert [o.final.worker for o in outcomes] == ["ex1", "ex2"]
         assert all(o.final.result and o.final.result.ok for o in outcomes)
@@ -104,7 +107,7 @@ def test_same_outcome_locally_and_across_execution_nodes_then_a_killed_node(site
                 killed.extend(lab_execution.kill(state.execution_hosts, "ex1"))
 
         attempts.clear()
-        second = dispatch.run_batch(ex, {}, out, "site.yml", sorted(HOSTS), idempotent=True,
+        second = dispatch.run_batch(ex, {}, out, "site.yml", RUN, idempotent=True,
                                     on_event=on_event,
                                     record=lambda a, n: attempts.append((a.worker, n, a.lost)))
         assert killed
@@ -127,9 +130,10 @@ def test_same_outcome_locally_and_across_execution_nodes_then_a_killed_node(site
         third = dispatch.run_batch(ex, {}, out, "ping.yml", sorted(HOSTS), idempotent=False)
         gone, ran = third
         assert len(gone.attempts) == 1 and gone.final.result is None
-        assert set(gone.hosts) == ex1_hosts
+        assert gone.final.worker == "ex1" and len(gone.hosts) == 3
         assert "execution node ex1 (10.250.0.201) lost: ssh exited 255" in str(gone.final.lost)
         assert ran.final.worker == "ex2" and ran.final.result is not None and ran.final.result.ok
-        assert set(ran.final.result.hosts) == set(ran.hosts) == HOSTS - ex1_hosts
+        assert set(ran.final.result.hosts) == set(ran.hosts)
+        assert set(gone.hosts) | set(ran.hosts) == HOSTS and not set(gone.hosts) & set(ran.hosts)
     finally:
         lab_mod.down(load(site))
