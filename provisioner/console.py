@@ -221,6 +221,11 @@ class Console:
         if state.ssh_hosts:
             self.out.print("SSH test hosts: " + ", ".join(
                 f"{h.name} {h.address}" for h in state.ssh_hosts))
+        if state.switches:
+            self.out.print("switch stand-ins (FRR vtysh over SSH, IOS-style dialect): "
+                           + ", ".join(f"{s.name} 127.0.0.1:{s.port}" for s in state.switches))
+        for note in state.notes:
+            self.out.print(f"note: {escape(note)}")
         self.out.print(f"state and logs: {where}")
 
 

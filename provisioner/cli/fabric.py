@@ -14,6 +14,7 @@ from provisioner import profile
 from provisioner import results as results_mod
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.errors import ExitCode
+from provisioner.fabric.live import Unverifiable
 from provisioner.inventory import load
 from provisioner.state import StateStore
 from provisioner.switches import ops
@@ -27,25 +28,44 @@ DryRunOpt = Annotated[bool, typer.Option("--dry-run",
                                          help="Show what would be sent; send nothing.")]
 
 
+LiveOpt = Annotated[bool, typer.Option(
+    "--live", help="Read both ends: each switch's running config and each host's mlnx_qos.")]
+
+
 @app.command()
 @handle_errors
-def check(site: SiteArg = None, json_out: JsonOpt = False) -> None:
-    """Hosts vs switches (static): lossless priority, DSCP map, CNP priority and MTU agree on
-    every RoCE link. Exit 10 on any mismatch. (--live, reading the devices, is not done yet.)"""
+def check(site: SiteArg = None, live: LiveOpt = False, json_out: JsonOpt = False) -> None:
+    """Hosts vs switches: lossless priority, DSCP map, CNP priority and MTU agree on every
+    RoCE link (static: as rendered; --live: as the devices report). Exit 10 on any
+    mismatch; an end that cannot be read is listed as not verifiable, never as agreeing."""
     loaded = load(resolve_site(site))
-    report = fabric_mod.check(loaded)
     out = console(json_out)
-    code = ExitCode.OK if report.ok else ExitCode.FABRIC
+    unverifiable: tuple[Unverifiable, ...] = ()
+    if live:
+        from provisioner.switches import live as switch_live  # SSH clients, loaded late
+
+        rep = switch_live.run(loaded, os.environ, profile.for_site(loaded))
+        ok, links, mismatches, unverifiable = (rep.ok, rep.links_checked, rep.mismatches,
+                                               rep.unverifiable)
+    else:
+        report = fabric_mod.check(loaded)
+        ok, links, mismatches = report.ok, report.links_checked, report.mismatches
+    code = ExitCode.OK if ok else ExitCode.FABRIC
     if json_out:
         out.emit_json(results_mod.dump(results_mod.check_report(
-            loaded.site.site.name, report.ok, report.links_checked, int(code),
-            report.mismatches)))
+            loaded.site.site.name, ok, links, int(code), mismatches, live, unverifiable)))
     else:
-        for m in report.mismatches:
+        for m in mismatches:
             out.out.print(f"[red]mismatch[/] {escape(m.format())}")
-        n = len(report.mismatches)
-        verdict = "[green]agree[/]" if report.ok else f"[red]disagree: {n} mismatch(es)[/]"
-        out.out.print(f"{report.links_checked} RoCE link(s) checked: hosts and switches {verdict}")
+        for u in unverifiable:
+            out.out.print(f"[yellow]not verifiable[/] {u.end} {escape(u.name)}: {escape(u.why)}")
+        n = len(mismatches)
+        verdict = "[green]agree[/]" if ok else f"[red]disagree: {n} mismatch(es)[/]"
+        if live and ok and not links:
+            verdict = "[yellow]not verified: no link had both ends readable[/]"
+        how = "read live" if live else "checked"
+        out.out.print(f"{links} RoCE link(s) {how}: hosts and switches {verdict}"
+                      + (f"; {len(unverifiable)} end(s) not verifiable" if unverifiable else ""))
     raise typer.Exit(int(code))
 
 

@@ -11,6 +11,7 @@ from provisioner import results
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.errors import ExitCode
 from provisioner.inventory import load
+from provisioner.lab import orphans
 
 app = typer.Typer(help="The local lab: sushy-tools Redfish and OpenIPMI ipmi_sim BMCs on "
                   "loopback, one per node of the site.", no_args_is_help=True)
@@ -47,6 +48,17 @@ def down(site: SiteArg = None) -> None:
     loaded = load(resolve_site(site))
     stopped = lab_mod.down(loaded)
     console().info(f"lab stopped: {len(stopped)} process(es) ended; overlay removed")
+
+
+@app.command()
+@handle_errors
+def prune() -> None:
+    """Remove what a killed lab left behind: lab namespaces with no process in them and
+    their bridge (which keeps the site's gateway address and blocks the next `lab up`)."""
+    gone = orphans.prune()
+    console().info(f"lab leftovers removed: {len(gone.namespaces)} namespace(s) "
+                   f"{' '.join(gone.namespaces)}; {len(gone.bridges)} bridge(s) "
+                   f"{' '.join(gone.bridges)}")
 
 
 @app.command()

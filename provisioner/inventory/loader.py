@@ -9,7 +9,7 @@ cost of the bare parse (bench/inventory_scale.py).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -126,6 +126,8 @@ class LoadedSite:
     root: Path
     warnings: tuple[Finding, ...] = ()
     lab_hosts: frozenset[str] = frozenset()  # nodes whose BMC endpoint the lab overlay set
+    # switches the lab stands in for (lab/switch.py) -> the CLI dialect the stand-in speaks
+    lab_switches: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def base_dir(self) -> Path:
@@ -332,15 +334,17 @@ def _schema_findings(exc: ValidationError, smap: SourceMap) -> list[Finding]:
 # ---------------------------------------------------------------- lab overlay
 
 
-def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path) -> frozenset[str]:
-    """Replace BMC endpoints with the running lab's (see provisioner/lab)."""
+def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path
+                       ) -> tuple[frozenset[str], dict[str, str]]:
+    """Replace BMC endpoints (and switch management endpoints) with the running lab's
+    (see provisioner/lab). Returns the nodes whose BMC it set and the stood-in switches."""
     site = merged.get("site")
     rel = site.get("lab_overlay") if isinstance(site, dict) else None
     if not isinstance(rel, str) or rel.startswith("/"):
-        return frozenset()
+        return frozenset(), {}
     path = base_dir / rel
     if not path.is_file():
-        return frozenset()
+        return frozenset(), {}
     display = _display(path)
     data, _, _, _ = _parse_file(path, display)
     if not isinstance(data, dict) or not isinstance(data.get("bmc"), dict):
@@ -353,6 +357,9 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path) -> frozenset[str]
         site["ssh"] = {**(site.get("ssh") or {}), **data["ssh"]}
     _overlay_execution(merged, data.get("execution"))
     endpoints: dict[str, Any] = data["bmc"]
+    switches: dict[str, Any] = (data["switches"] if isinstance(data.get("switches"), dict)
+                                else {})
+    stood_in: dict[str, str] = {}
     applied = set()
     for placement in merged.get("placements") or []:
         nodes = placement.get("nodes") if isinstance(placement, dict) else None
@@ -363,7 +370,12 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path) -> frozenset[str]
             if isinstance(ep, dict) and isinstance(node.get("bmc"), dict):
                 node["bmc"] = {**{k: v for k, v in node["bmc"].items() if k != "tls"}, **ep}
                 applied.add(str(node["hostname"]))
-    return frozenset(applied)
+            sw = switches.get(str(node.get("hostname")))
+            if isinstance(sw, dict) and isinstance(node.get("management"), dict):
+                node["management"] = {**node["management"],
+                                      **{k: v for k, v in sw.items() if k != "stand_in"}}
+                stood_in[str(node["hostname"])] = str(sw.get("stand_in", ""))
+    return frozenset(applied), stood_in
 
 
 def _overlay_execution(merged: dict[str, Any], lab: Any) -> None:
@@ -391,7 +403,7 @@ def load(path: str | Path) -> LoadedSite:
 
 def _load(root: Path) -> LoadedSite:
     merged, smap = _merge(root)
-    lab_hosts = _apply_lab_overlay(merged, root if root.is_dir() else root.parent)
+    lab_hosts, lab_switches = _apply_lab_overlay(merged, root if root.is_dir() else root.parent)
     try:
         site = Site.model_validate(merged)
     except ValidationError as exc:
@@ -411,4 +423,4 @@ def _load(root: Path) -> LoadedSite:
                 smap.locate(("catalog", i, "name"))))
         catalog[block.name] = block
     return LoadedSite(site=site, catalog=catalog, sources=smap, root=root,
-                      warnings=tuple(notes), lab_hosts=lab_hosts)
+                      warnings=tuple(notes), lab_hosts=lab_hosts, lab_switches=lab_switches)

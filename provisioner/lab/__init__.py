@@ -41,6 +41,7 @@ from provisioner.inventory.models import BmcProtocol, NetworkKind, Node
 from provisioner.lab import execution as execution_mod
 from provisioner.lab import hosts as hosts_mod
 from provisioner.lab import procs
+from provisioner.lab import switch as switch_mod
 from provisioner.lab.procs import LOOPBACK
 from provisioner.secrets import write_private
 
@@ -79,6 +80,8 @@ class LabState:
     endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
     ssh_hosts: list[hosts_mod.SshHost] = field(default_factory=list)
     ssh_tag: str = ""
+    switches: list[switch_mod.LabSwitch] = field(default_factory=list)  # lab/switch.py
+    notes: list[str] = field(default_factory=list)
     # provisioning.execution's nodes, as lab hosts (lab/execution.py)
     execution_hosts: list[hosts_mod.SshHost] = field(default_factory=list)
 
@@ -92,6 +95,8 @@ class LabState:
                    endpoints=data.get("endpoints", {}),
                    ssh_hosts=[hosts_mod.SshHost(**h) for h in data.get("ssh_hosts", [])],
                    ssh_tag=data.get("ssh_tag", ""),
+                   switches=[switch_mod.LabSwitch(**s) for s in data.get("switches", [])],
+                   notes=data.get("notes", []),
                    execution_hosts=[hosts_mod.SshHost(**h)
                                     for h in data.get("execution_hosts", [])])
 
@@ -149,6 +154,7 @@ def up(loaded: LoadedSite, *, latency_ms: int = 0, start_timeout_s: float = 30.0
         _start(loaded, lab, state, password, latency_ms, start_timeout_s)
         if ssh_hosts:
             _start_ssh_hosts(loaded, lab, state, rootfs_cache, start_timeout_s)
+            _start_switches(loaded, lab, state, pw_file, start_timeout_s)
     except BaseException:
         _stop(state)
         _save(lab, state)
@@ -243,6 +249,16 @@ def _start_ssh_hosts(loaded: LoadedSite, lab: Path, state: LabState,
                                                 {h.address for h in state.ssh_hosts})
 
 
+def _start_switches(loaded: LoadedSite, lab: Path, state: LabState, pw_file: Path,
+                    timeout_s: float) -> None:
+    """FRR stand-ins for the managed switches (lab/switch.py), or a note saying why not."""
+    why = switch_mod.missing() if switch_mod.plan(loaded) else None
+    if why:
+        state.notes.append(f"no switch stand-ins: {why}")
+        return
+    state.switches = switch_mod.up(loaded, lab / "switches", state.ssh_tag, pw_file, timeout_s)
+
+
 def _start_sushy(loaded: LoadedSite, rdir: Path, state: LabState, password: str,
                  nodes: list[Node], port: int, role: str
                  ) -> tuple[int, subprocess.Popen[bytes]]:
@@ -326,6 +342,10 @@ def _write_overlay(loaded: LoadedSite, state: LabState, pw_file: Path) -> None:
         "credentials": {LAB_CREDENTIALS: {"username": LAB_USER,
                                           "password": {"file": str(pw_file.resolve())}}},
         "bmc": bmc}
+    if state.switches:
+        extra = switch_mod.overlay(state.switches, pw_file)
+        doc["credentials"].update(extra["credentials"])
+        doc["switches"] = extra["switches"]
     if state.ssh_hosts:
         doc["ssh"] = {"user": "root",
                       "private_key_file": str(lab_dir(loaded) / "ssh" / "id_ed25519")}
@@ -345,6 +365,7 @@ def _stop(state: LabState, grace_s: float = 5.0) -> list[LabProcess]:
     tear down the SSH hosts' namespaces."""
     if state.ssh_hosts or state.execution_hosts:
         hosts_mod.down(state.execution_hosts + state.ssh_hosts, state.ssh_tag)
+    switch_mod.down(state.switches)
     alive = [p for p in state.processes if p.alive()]
     for p in alive:
         with contextlib.suppress(ProcessLookupError):

@@ -26,6 +26,10 @@ from provisioner.errors import ConfigError
 from provisioner.inventory.loader import LoadedSite
 from provisioner.lab import hosts as hosts_mod
 
+# Namespace numbers of execution nodes (pv-<tag><n>, the SSH hosts' pattern, so `lab prune`
+# recognises their leftovers: lab/orphans.py), far above any server's index.
+EXEC_INDEX = 9000
+
 
 def planned(loaded: LoadedSite) -> list[tuple[str, IPv4Address]]:
     """(name, address) of every execution node the inventory names."""
@@ -60,7 +64,7 @@ def start(loaded: LoadedSite, lab: Path, tag: str, rootfs: Path, timeout_s: floa
     try:
         for i, (name, address) in enumerate(plan):
             h = hosts_mod._start_host(name, address, network, gateway, workdir, rootfs,
-                                      hosts_mod.bridge_name(tag), f"{tag[:5]}x{i}", key,
+                                      hosts_mod.bridge_name(tag), f"{tag[:6]}{EXEC_INDEX + i}", key,
                                       ro_binds=binds)
             started.append(h)
             own = Path(h.upper) / str(key.resolve()).lstrip("/")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import ConfigError
+from provisioner.lab import orphans
 
 ROOTFS_SUITE = "bookworm"
 ROOTFS_MIRROR = "http://deb.debian.org/debian"
@@ -112,6 +113,10 @@ def up(hosts: Sequence[tuple[str, IPv4Address]], network: IPv4Network, gateway: 
     for line in _run(["ip", "-o", "-4", "addr", "show"], check=False).stdout.splitlines():
         fields = line.split()
         if f"inet {gateway}/" in line and fields[1] != bridge:
+            if orphans.is_leftover_bridge(fields[1]):
+                raise ConfigError(f"lab hosts: {gateway} is still on {fields[1]}, left by a "
+                                  "lab that was killed before `lab down` (no process runs "
+                                  "in it)", hint="`provision lab prune` removes what it left")
             raise ConfigError(f"lab hosts: {gateway} is already on {fields[1]}: another lab "
                               f"(or a real network) uses {network}",
                               hint="stop the other lab (`provision lab down`) first")

@@ -19,6 +19,8 @@ from provisioner.inventory.findings import Finding, Severity
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import BlockKind, Placement
 from provisioner.report import svg
+from provisioner.report.fabric import FabricView
+from provisioner.report.fabric import build as build_fabric
 from provisioner.report.nodes import StateView
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates" / "report"
@@ -57,10 +59,8 @@ class Report:
     findings: tuple[Finding, ...]
     state: StateView | None
     kinds: tuple[tuple[str, str], ...]  # legend: (block kind, fill)
-    # Extension point: the switch fabric and cabling (leaf per rack, ports used) belongs
-    # here once the fabric issue lands: a typed view built from the topology model, and a
-    # `fabric` section in page.html.j2. Until then it is always None and nothing is drawn.
-    fabric: None = None
+    # The switch fabric and cabling (report/fabric.py); None without managed switches.
+    fabric: FabricView | None = None
 
     @property
     def errors(self) -> list[Finding]:
@@ -110,7 +110,8 @@ def build(loaded: LoadedSite, findings: list[Finding], *, state: StateView | Non
         site=loaded.site.site.name, description=loaded.site.site.description,
         source=str(loaded.root), generated_at=generated_at.isoformat(timespec="seconds"),
         racks=racks, findings=tuple(findings), state=state,
-        kinds=tuple((k.value, svg.KIND_FILL[k.value]) for k in BlockKind))
+        kinds=tuple((k.value, svg.KIND_FILL[k.value]) for k in BlockKind),
+        fabric=build_fabric(loaded))
 
 
 def build_unloadable(source: Path, findings: list[Finding], *,

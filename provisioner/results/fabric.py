@@ -11,7 +11,8 @@ from provisioner.results.base import Out
 
 if TYPE_CHECKING:
     from provisioner.fabric.base import Mismatch
-    from provisioner.switches.ops import SwitchOutcome
+    from provisioner.fabric.live import Unverifiable
+    from provisioner.switches.base import SwitchOutcome
 
 
 class MismatchView(Out):
@@ -26,6 +27,14 @@ class MismatchView(Out):
     switch_value: str
 
 
+class UnverifiableView(Out):
+    """One end `--live` could not read or that cannot carry RoCE QoS: never counted as agreeing."""
+
+    end: str  # host | switch
+    name: str  # "dgx01 roce" or the switch
+    why: str
+
+
 class FabricCheckReport(Out):
     schema_: Literal["provisioner.fabric.check/v1"] = Field("provisioner.fabric.check/v1",
                                                             alias="schema")
@@ -34,6 +43,8 @@ class FabricCheckReport(Out):
     links_checked: int
     exit_code: int
     mismatches: list[MismatchView]
+    live: bool = False  # --live: both ends as the devices report them
+    not_verifiable: list[UnverifiableView] = Field(default_factory=list)
 
 
 class SwitchView(Out):
@@ -42,8 +53,8 @@ class SwitchView(Out):
     status: str  # unchanged | changes | pushed | rolled_back | failed
     diff: str
     commands: list[str]
-    applied: list[str]  # lines the switch accepted during the push
-    undone: list[str]  # compensating lines sent after a failure
+    applied: list[str]  # CLI: lines the switch accepted; NVUE/SONiC: settings that changed
+    undone: list[str]  # compensating lines or rollback commands sent after a failure
     error: str | None
 
 
@@ -65,9 +76,12 @@ class FabricPushReport(_Switches):
 
 
 def check_report(site: str, ok: bool, links_checked: int, exit_code: int,
-                 mismatches: Sequence[Mismatch]) -> FabricCheckReport:
+                 mismatches: Sequence[Mismatch], live: bool = False,
+                 unverifiable: Sequence[Unverifiable] = ()) -> FabricCheckReport:
     return FabricCheckReport(site=site, ok=ok, links_checked=links_checked,
-                             exit_code=exit_code,
+                             exit_code=exit_code, live=live,
+                             not_verifiable=[UnverifiableView(end=u.end, name=u.name, why=u.why)
+                                             for u in unverifiable],
                              mismatches=[MismatchView(host=m.host, nic=m.nic, switch=m.switch,
                                                       port=m.port, what=m.what,
                                                       host_value=m.host_value,

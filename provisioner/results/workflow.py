@@ -204,6 +204,9 @@ class LabReport(Out):
     endpoints: dict[str, dict[str, Any]] = Field(default_factory=dict)
     ssh_hosts: list[dict[str, Any]] = Field(default_factory=list)
     ssh_tag: str = ""
+    # switch stand-ins (lab/switch.py): name, netns, SSH port on 127.0.0.1, pids
+    switches: list[dict[str, Any]] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)  # what the lab could not start, and why
 
 
 def lab_report(site: str, state: LabState | None, *, with_liveness: bool) -> LabReport:
@@ -215,7 +218,8 @@ def lab_report(site: str, state: LabState | None, *, with_liveness: bool) -> Lab
     running = all(p.alive for p in procs) if with_liveness else True
     return LabReport(running=running, site=state.site, latency_ms=state.latency_ms,
                      processes=procs, endpoints=state.endpoints,
-                     ssh_hosts=[h.to_json() for h in state.ssh_hosts], ssh_tag=state.ssh_tag)
+                     ssh_hosts=[h.to_json() for h in state.ssh_hosts], ssh_tag=state.ssh_tag,
+                     switches=[s.to_json() for s in state.switches], notes=state.notes)
 
 
 RESULTS: tuple[type[Out], ...] = (UpReport, UpEvent, RunReport, BmcReport, RenderReport,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from provisioner.secrets import Secret
 
@@ -20,6 +20,26 @@ class Endpoint:
     username: str
     password: Secret
     timeout_s: float = 20.0
+
+
+Status = Literal["unchanged", "changes", "pushed", "rolled_back", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchOutcome:
+    switch: str
+    nos: str
+    status: Status
+    diff: str = ""
+    commands: tuple[str, ...] = ()
+    # CLI dialects: lines the switch accepted; NVUE/SONiC: managed settings that changed
+    applied: tuple[str, ...] = ()
+    undone: tuple[str, ...] = ()  # compensating lines or rollback commands after a failure
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("unchanged", "changes", "pushed")
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ Never logs credentials: netmiko's session_log stays off, and errors name the swi
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,10 @@ class Dialect:
     show_running: str
     save: str
     rollback: str  # how a failed push is undone (docs/fabric.md); "undo" = compensating lines
+    # EOS: lines go into a `configure session`; a refused one aborts it (nothing applied),
+    # else `commit`. Arista EOS manual, "Configuration Sessions"; arista.eos's cliconf
+    # (eos_use_sessions) drives pushes the same way.
+    session: bool = False
 
 
 DIALECTS: dict[str, Dialect] = {
@@ -36,9 +41,12 @@ DIALECTS: dict[str, Dialect] = {
     "cisco_ios": Dialect("cisco_ios", "show running-config", "write memory", "undo"),
     # Same line-based engine; not run against a device or simulator in this project.
     "eos": Dialect("arista_eos", "show running-config", "copy running-config startup-config",
-                   "undo"),
+                   "session", session=True),
     "onyx": Dialect("mellanox_mlnxos", "show running-config", "configuration write", "undo"),
 }
+
+
+SESSION = "provision-fabric"
 
 
 class NetmikoDriver:
@@ -69,7 +77,10 @@ class NetmikoDriver:
         return str(self.conn.send_command(self.dialect.show_running))
 
     def apply(self, commands: Sequence[str]) -> ApplyResult:
-        """Send line by line, stop at the first refused one: exactly `applied` took effect."""
+        """Send line by line, stop at the first refused one: exactly `applied` took effect
+        (in a session: nothing took effect unless all were accepted and committed)."""
+        if self.dialect.session:
+            return self._apply_session(commands)
         applied: list[str] = []
         self.conn.config_mode()
         try:
@@ -82,6 +93,26 @@ class NetmikoDriver:
         finally:
             self._leave_config()
         return ApplyResult(tuple(applied))
+
+    def _apply_session(self, commands: Sequence[str]) -> ApplyResult:
+        self.conn.config_mode(config_command=f"configure session {SESSION}")
+        try:
+            for line in commands:
+                out = str(self.conn.send_config_set([line], exit_config_mode=False,
+                                                    enter_config_mode=False))
+                if ERROR_RE.search(out.split(line, 1)[-1]):
+                    self.conn.send_config_set(["abort"], exit_config_mode=False,
+                                              enter_config_mode=False)
+                    return ApplyResult((), line, _last_line(out, line) + "; session aborted")
+            out = str(self.conn.send_config_set(["commit"], exit_config_mode=False,
+                                                enter_config_mode=False))
+            if ERROR_RE.search(out.split("commit", 1)[-1]):
+                self.conn.send_config_set(["abort"], exit_config_mode=False,
+                                          enter_config_mode=False)
+                return ApplyResult((), "commit", _last_line(out, "commit") + "; session aborted")
+        finally:
+            self._leave_config()
+        return ApplyResult(tuple(commands))
 
     def save(self) -> None:
         out = str(self.conn.send_command(self.dialect.save, expect_string=r"[>#]\s*$"))
@@ -103,3 +134,50 @@ class NetmikoDriver:
 def _last_line(out: str, line: str) -> str:
     after = out.split(line, 1)[-1].strip().splitlines()
     return next((x.strip() for x in after if ERROR_RE.search(x)), "refused")
+
+
+# NVUE (Cumulus) and SONiC are driven from their Linux shell (switches/staged.py).
+SHELL_TYPES = {"cumulus": "cumulus_linux", "sonic": "linux"}
+RC_MARK = "__provision_rc="
+# base64 characters per line: the whole command stays under the 511 columns netmiko asks
+# for, so the shell echoes it unwrapped (and under the tty's 4096-byte line limit)
+CHUNK = 300
+
+
+class NetmikoShell:
+    """A login shell on an NVUE or SONiC switch: commands with their exit status, files."""
+
+    def __init__(self, ep: Endpoint) -> None:
+        self.ep = ep
+        try:
+            self.conn: Any = ConnectHandler(
+                device_type=SHELL_TYPES[ep.nos], host=ep.address, port=ep.port,
+                username=ep.username, password=ep.password.reveal(),
+                conn_timeout=ep.timeout_s, timeout=ep.timeout_s, session_log=None)
+        except NetmikoAuthenticationException:
+            raise FabricError(f"{ep.hostname}: SSH login refused for user {ep.username}",
+                              hint="check the switch credentials reference") from None
+        except (NetmikoTimeoutException, OSError) as exc:
+            raise FabricError(f"{ep.hostname}: cannot reach {ep.address}:{ep.port} over SSH "
+                              f"({type(exc).__name__})") from None
+
+    def run(self, command: str) -> tuple[int, str]:
+        out = str(self.conn.send_command(f"{command}; echo {RC_MARK}$?",
+                                         read_timeout=max(self.ep.timeout_s, 120.0)))
+        body, _, tail = out.rpartition(RC_MARK)
+        digits = "".join(ch for ch in tail.strip()[:3] if ch.isdigit())
+        return (int(digits) if digits else 255), body
+
+    def put(self, path: str, text: str) -> None:
+        data = base64.b64encode(text.encode()).decode()
+        staging = f"{path}.b64"
+        for cmd in [f": > {staging}"] + [f"echo {data[i:i + CHUNK]} >> {staging}"
+                                          for i in range(0, len(data), CHUNK)] + [
+                f"base64 -d {staging} > {path} && rm -f {staging}"]:
+            rc, out = self.run(cmd)
+            if rc != 0:
+                raise FabricError(f"{self.ep.hostname}: writing {path} failed: "
+                                  f"{out.strip()[-200:]}")
+
+    def close(self) -> None:
+        self.conn.disconnect()

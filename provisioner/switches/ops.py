@@ -9,9 +9,8 @@ never imports netmiko.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Literal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 
 from provisioner import fabric
 from provisioner.credentials import CredentialResolver
@@ -23,34 +22,44 @@ from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import NetworkKind
 from provisioner.inventory.topology import select
 from provisioner.state import StateStore
-from provisioner.switches import cli_diff
-from provisioner.switches.base import Endpoint, SwitchDriver
+from provisioner.switches import cli_diff, staged
+from provisioner.switches.base import Endpoint, SwitchDriver, SwitchOutcome
 from provisioner.workflows.engine import fan_out
 
-Status = Literal["unchanged", "changes", "pushed", "rolled_back", "failed"]
-DriverFactory = Callable[[Endpoint], SwitchDriver]
+# CLI dialects get a SwitchDriver, NVUE and SONiC a login shell (switches/staged.py)
+DriverFactory = Callable[[Endpoint], SwitchDriver | staged.Shell]
+
+
+def netmiko_factory(ep: Endpoint) -> SwitchDriver | staged.Shell:
+    from provisioner.switches import netmiko_driver  # the edge, loaded late
+
+    if ep.nos in staged.FLAVORS:
+        return netmiko_driver.NetmikoShell(ep)
+    return netmiko_driver.NetmikoDriver(ep)
 
 
 @dataclass(frozen=True, slots=True)
-class SwitchOutcome:
-    switch: str
+class Target:
+    """What one switch gets: the dialect it is driven in and the text rendered for it. In
+    the lab a stand-in (lab/switch.py) gets the rendering of its own dialect for the same
+    ports; `stands_in_for` then names the switch's real OS, whose config is not pushed."""
+
     nos: str
-    status: Status
-    diff: str = ""
-    commands: tuple[str, ...] = ()
-    applied: tuple[str, ...] = ()  # lines the switch accepted during the push
-    undone: tuple[str, ...] = ()  # compensating lines sent after a failure
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("unchanged", "changes", "pushed")
+    text: str
+    stands_in_for: str | None = None
 
 
-def netmiko_factory(ep: Endpoint) -> SwitchDriver:
-    from provisioner.switches.netmiko_driver import NetmikoDriver  # the edge, loaded late
-
-    return NetmikoDriver(ep)
+def targets(loaded: LoadedSite) -> dict[str, Target]:
+    out = {}
+    for r in fabric.render_all(loaded):
+        stand_in = loaded.lab_switches.get(r.spec.hostname)
+        if stand_in and stand_in != r.spec.nos and stand_in in fabric.RENDERERS:
+            spec = replace(r.spec, nos=stand_in)
+            out[r.spec.hostname] = Target(stand_in, fabric.RENDERERS[stand_in].render(spec),
+                                          r.spec.nos)
+        else:
+            out[r.spec.hostname] = Target(r.spec.nos, r.text)
+    return out
 
 
 def endpoint(loaded: LoadedSite, hostname: str, logins: CredentialResolver,
@@ -67,8 +76,54 @@ def endpoint(loaded: LoadedSite, hostname: str, logins: CredentialResolver,
         raise FabricError(f"{hostname}: no management address",
                           hint="set management.address or an address on the management network")
     login = logins.login(mgmt.credentials, user_of=hostname)
-    return Endpoint(hostname, mgmt.os, address, mgmt.port, login.username, login.password,
+    nos = loaded.lab_switches.get(hostname) or mgmt.os
+    return Endpoint(hostname, nos, address, mgmt.port, login.username, login.password,
                     timeout_s)
+
+
+def refuse_inventory_errors(loaded: LoadedSite) -> None:
+    bad = [f for f in errors(check_inventory(loaded)) if f.category is Category.INVENTORY]
+    if bad:  # a miscabled site renders wrong ports: never send that to a switch
+        raise InventoryError(f"the inventory has {len(bad)} error(s); run `provision validate`",
+                             findings=bad)
+
+
+def outcomes(loaded: LoadedSite, env: Mapping[str, str], names: Sequence[str], *,
+             push: bool, connect: DriverFactory = netmiko_factory, max_parallel: int = 8,
+             timeout_s: float = 20.0) -> list[SwitchOutcome]:
+    """Diff (push=False) or push these switches, in parallel on the engine's fan-out; one
+    switch's failure never stops the others. Takes no lock and records nothing: the caller
+    does (`run` below, or the fabric step of `up`)."""
+    todo = targets(loaded)
+    logins = CredentialResolver(loaded, env)
+
+    def one(name: str) -> SwitchOutcome:
+        t = todo[name]
+        try:
+            ep = endpoint(loaded, name, logins, timeout_s)
+            drv = connect(ep)
+        except ProvisionerError as exc:
+            return SwitchOutcome(name, t.nos, "failed", error=str(exc))
+        try:
+            if isinstance(drv, staged.Shell):
+                return staged.run(drv, name, t.nos, t.text, push)
+            return _switch(drv, name, t.nos, t.text, push)
+        except ProvisionerError as exc:
+            return SwitchOutcome(name, t.nos, "failed", error=str(exc))
+        except Exception as exc:  # a driver bug or a dropped session: this switch only
+            return SwitchOutcome(name, t.nos, "failed",
+                                 error=f"{type(exc).__name__} talking to {name}")
+        finally:
+            drv.close()
+
+    # A switch that hangs past its deadline (every step of it times out on its own, so
+    # this is the backstop) is failed; the others go on.
+    deadline_s = timeout_s * 6 + 60
+    done = fan_out(list(names), one, concurrency=max_parallel, deadline_s=deadline_s)
+    return [d.value if d.value is not None else SwitchOutcome(
+        d.key, todo[d.key].nos, "failed",
+        error=f"no result after {deadline_s:g} s; abandoned" if d.timed_out
+        else f"{type(d.error).__name__} talking to {d.key}") for d in done]
 
 
 def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool = False,
@@ -77,43 +132,16 @@ def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool
         store: StateStore | None = None) -> list[SwitchOutcome]:
     """Diff (or push) every selected switch. With `store`, a push takes the site's lock and
     records a run with one event per switch."""
-    bad = [f for f in errors(check_inventory(loaded)) if f.category is Category.INVENTORY]
-    if bad:  # a miscabled site renders wrong ports: never send that to a switch
-        raise InventoryError(f"the inventory has {len(bad)} error(s); run `provision validate`",
-                             findings=bad)
-    rendered = {r.spec.hostname: r for r in fabric.render_all(loaded)}
-    names = select(list(rendered), limit)
-    logins = CredentialResolver(loaded, env)
+    refuse_inventory_errors(loaded)
+    rendered = [r.spec.hostname for r in fabric.render_all(loaded)]
+    names = select(rendered, limit)
     if limit and not names:
         raise FabricError(f"--limit {limit} matches no switch with cabled ports",
                           hint=f"switches: {', '.join(rendered) or 'none'}")
 
-    def one(name: str) -> SwitchOutcome:
-        r = rendered[name]
-        try:
-            ep = endpoint(loaded, name, logins, timeout_s)
-            drv = connect(ep)
-        except ProvisionerError as exc:
-            return SwitchOutcome(name, r.spec.nos, "failed", error=str(exc))
-        try:
-            return _switch(drv, name, r.spec.nos, r.text, push and not dry_run)
-        except ProvisionerError as exc:
-            return SwitchOutcome(name, r.spec.nos, "failed", error=str(exc))
-        except Exception as exc:  # a driver bug or a dropped session: this switch only
-            return SwitchOutcome(name, r.spec.nos, "failed",
-                                 error=f"{type(exc).__name__} talking to {name}")
-        finally:
-            drv.close()
-
     def fan() -> list[SwitchOutcome]:
-        # A switch that hangs past its deadline (every step of it times out on its own, so
-        # this is the backstop) is failed; the others go on.
-        deadline_s = timeout_s * 6 + 60
-        done = fan_out(names, one, concurrency=max_parallel, deadline_s=deadline_s)
-        return [d.value if d.value is not None else SwitchOutcome(
-            d.key, rendered[d.key].spec.nos, "failed",
-            error=f"no result after {deadline_s:g} s; abandoned" if d.timed_out
-            else f"{type(d.error).__name__} talking to {d.key}") for d in done]
+        return outcomes(loaded, env, names, push=push and not dry_run, connect=connect,
+                        max_parallel=max_parallel, timeout_s=timeout_s)
 
     if store is None or not push or dry_run:
         return fan()
@@ -122,13 +150,13 @@ def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool
         run_id = store.start_run("fabric push" + (f" --limit {limit}" if limit else ""))
         status = "failed"
         try:
-            outcomes = fan()
-            for o in outcomes:
+            done = fan()
+            for o in done:
                 store.record(o.switch, "fabric_push", asdict(o), run_id=run_id)
-            status = "ok" if all(o.ok for o in outcomes) else "failed"
+            status = "ok" if all(o.ok for o in done) else "failed"
         finally:
             store.end_run(run_id, status)
-    return outcomes
+    return done
 
 
 def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool) -> SwitchOutcome:
@@ -152,6 +180,9 @@ def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool) ->
     if problem is None:
         drv.save()
         return SwitchOutcome(name, nos, "pushed", diff, cmds, res.applied)
+    if res.failed is not None and not res.applied:  # a session aborted: nothing took effect
+        return SwitchOutcome(name, nos, "rolled_back", diff, cmds, (), (),
+                             f"{problem}; nothing applied")
     undo = tuple(cli_diff.undo(res.applied, todo, running))
     undo_res = drv.apply(undo)
     after = set(cli_diff.paths(drv.running_config()))

@@ -8,6 +8,7 @@ import away):
                steps.bmc.Boot            inspected -> booting    (one-time PXE/media, on;
                                          refused for an installed node: steps.guard)
                steps.os.WaitOs           booting   -> os_ready   (SSH login + install marker)
+    site step  steps.fabric.run          switches cabled to os_ready nodes: check, push
     batches    steps.ansible.Playbook    os_ready  -> configured (site.yml, waves of forks)
     batches    steps.verify.gate         configured -> verified  (verify.yml)
     node stage steps.verify.Ready        verified  -> ready
@@ -45,6 +46,7 @@ from provisioner.state import StateStore
 from provisioner.workflows import engine
 from provisioner.workflows.engine import NodeOutcome, Progress, ProgressFn
 from provisioner.workflows.steps import Context
+from provisioner.workflows.steps import fabric as fabric_step
 from provisioner.workflows.steps.ansible import Playbook
 from provisioner.workflows.steps.bmc import (
     Boot,
@@ -169,6 +171,7 @@ def _run(ctx: Context, hosts: list[str], opts: UpOptions,
                      concurrency=concurrency, deadline_s=deadline_s,
                      session=driver_session(ctx, todo, opts.request_timeout_s, make_driver)
                      ).run(journal, todo, ctx.stop)
+    fabric_step.run(ctx, todo)  # before the host RoCE step: the switch ports first
     engine.BatchStage(Phase.OS_READY, Playbook(ctx, opts.playbook, "configure", Phase.OS_READY,
                                                Phase.CONFIGURED, opts.forks),
                       serial=opts.forks, first=first).run(journal, todo, ctx.stop)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.secrets import Secret
+from provisioner.secrets import Secret, write_private
 from provisioner.switches.base import Endpoint
 from provisioner.switches.ops import _switch
 from tests.conftest import ROOT
@@ -89,12 +89,14 @@ def frr() -> Iterator[Frr]:
                     break
                 time.sleep(0.1)
             pids.append(int(pid_file.read_text()))
+        pw_file = conf_dir / "ssh-password"
+        write_private(pw_file, "admin\n")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
         server = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.peers.vtysh_ssh", str(port),
-             str(vty_dir), str(conf_dir)], cwd=ROOT, stdout=subprocess.PIPE,
+            [sys.executable, "-m", "provisioner.lab.vtysh_ssh", str(port),
+             str(vty_dir), str(conf_dir), str(pw_file)], cwd=ROOT, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True)
         assert server.stdout is not None
         line = server.stdout.readline()

@@ -87,6 +87,13 @@ def test_end_to_end_every_node_ready_then_nothing_to_do(site_lab):
         assert [p for h, p in transitions(store) if h == host] == LIFECYCLE, host
         notes = [e.detail["note"] for e in store.events(host) if e.kind == "os_install_skipped"]
         assert notes == [LAB_OS_NOTE]
+    # the fabric step ran before the host RoCE step: leaf01's ports were pushed to the lab's
+    # switch stand-in (FRR vtysh over SSH, lab/switch.py), one event for the switch
+    assert "leaf01: fabric ok: pushed" in proc.stdout + proc.stderr or \
+        "fabric: leaf01 pushed" in proc.stdout
+    pushes = [e.detail for e in store.events("leaf01") if e.kind == "fabric_push"]
+    assert [d["status"] for d in pushes] == ["pushed"]
+    assert any("dgx01 roce" in line for line in pushes[0]["applied"])
     # the verify step told apart what it checked and what the lab cannot show
     ready = {e.hostname: e.detail for e in store.events() if e.to_phase == "verified"}
     assert "Verify RoCE QoS as configured" in ready["dgx01"]["checks"]
@@ -140,7 +147,9 @@ def test_end_to_end_every_node_ready_then_nothing_to_do(site_lab):
         assert re.fullmatch(r"installed \(marker /etc/provisioner-installed: \S+\) and "
                             r"answering on [\d.]+:22; refusing to reinstall: name it with "
                             rf"--reinstall {n['hostname']}", n["reason"]), n["reason"]
-    assert {p for _, p in transitions(store_of(site))} == {"enrolled", "inspected", "failed"}
+    lost = store_of(site)  # enrolled afresh (an enrol event, not a transition), then refused
+    assert {e.hostname for e in lost.events() if e.kind == "enrolled"} == SERVERS
+    assert {p for _, p in transitions(lost)} == {"inspected", "failed"}
     assert {h: f.read_text() for h, f in history.items()} == told  # no boot, no power
     plan2 = report.PlanReport.model_validate(
         json.loads(provision("plan", str(site), "--json", "--refresh", check=True).stdout))
@@ -154,6 +163,20 @@ def _with_overlay(site: Path, edit) -> str:
     edit(doc)
     overlay.write_text(yaml.safe_dump(doc))
     return original
+
+
+def test_fabric_check_live_in_the_lab_says_what_it_cannot_verify(site_lab):
+    """`fabric check --live` logs into the lab hosts for real over SSH; they have no
+    mlnx_qos, and the switch stand-in carries no RoCE QoS, so every end is listed as not
+    verifiable and no link is claimed to agree."""
+    site, _ = site_lab
+    proc = provision("fabric", "check", str(site), "--live", "--json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["live"] is True and doc["links_checked"] == 0
+    why = {(u["end"], u["name"]): u["why"] for u in doc["not_verifiable"]}
+    for host in ("dgx01", "dgx02"):
+        assert "mlnx_qos is not installed" in why[("host", f"{host} roce")]
+    assert "lab stand-in speaking cisco_ios for a cumulus switch" in why[("switch", "leaf01")]
 
 
 def test_faults_fail_one_node_each_and_the_rest_reach_ready(site_lab, tmp_path):

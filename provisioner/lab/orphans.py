@@ -1,0 +1,70 @@
+"""Lab leftovers: namespaces and bridges of a lab whose run was killed before `lab down`.
+
+A lab killed with SIGKILL (or whose state directory was deleted, as pytest's temporary
+directories are) leaves its network namespaces and bridge behind, and the bridge keeps the
+site's gateway address, so the next `lab up` on that network is refused. Only what carries
+the lab's own name pattern and has no process left in it counts as a leftover: a running
+lab, or anything else on the machine, is never touched.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+NETNS_RE = re.compile(r"^pv-[0-9a-f]{6}\d+$")  # hosts._start_host: f"pv-{tag[:6]}{i}"
+BRIDGE_RE = re.compile(r"^pvb[0-9a-f]{8}$")  # hosts.bridge_name
+
+
+@dataclass
+class Leftovers:
+    namespaces: list[str] = field(default_factory=list)
+    bridges: list[str] = field(default_factory=list)
+
+
+def _ip(argv: Sequence[str]) -> str:
+    done = subprocess.run(["ip", *argv], capture_output=True, text=True, check=False,
+                          timeout=30)
+    return done.stdout
+
+
+def _namespaces() -> dict[str, bool]:
+    """Lab namespace name -> whether any process still runs in it."""
+    found: dict[str, bool] = {}
+    for line in _ip(["netns", "list"]).splitlines():
+        name = line.split()[0] if line.split() else ""
+        if NETNS_RE.match(name):
+            found[name] = bool(_ip(["netns", "pids", name]).split())
+    return found
+
+
+def find() -> Leftovers:
+    """What a killed lab left: lab-named namespaces without a process, and lab bridges
+    none of whose ports leads into a namespace that still has one."""
+    spaces = _namespaces()
+    left = Leftovers(namespaces=sorted(n for n, busy in spaces.items() if not busy))
+    for line in _ip(["-o", "link", "show", "type", "bridge"]).splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if not BRIDGE_RE.match(name):
+            continue
+        ports = _ip(["-o", "link", "show", "master", name]).splitlines()
+        peers = {m.group(1) for p in ports if (m := re.search(r"link-netns (\S+)", p))}
+        if not any(spaces.get(peer, True) for peer in peers):
+            left.bridges.append(name)
+    return left
+
+
+def is_leftover_bridge(name: str) -> bool:
+    return name in find().bridges
+
+
+def prune() -> Leftovers:
+    """Delete the leftovers (namespaces first: that removes their veths), say what went."""
+    left = find()
+    for name in left.namespaces:
+        _ip(["netns", "del", name])
+    for name in left.bridges:
+        _ip(["link", "del", name])
+    return left
