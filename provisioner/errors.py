@@ -27,6 +27,7 @@ class ExitCode(IntEnum):
     UPGRADE_REFUSED = 11  # `upgrade plan/apply`: the bundle breaks a rule; nothing was touched
     FAILURE_BUDGET = 12  # `upgrade apply` stopped: --max-failures nodes failed their upgrade
     KUBE = 13  # the Kubernetes API refused or did not answer
+    EXECUTION = 14  # an execution node is unreachable or unfit (`provision doctor`)
     INTERRUPTED = 130
 
 
@@ -80,6 +81,12 @@ class RenderError(ProvisionerError):
 
 class PlaybookError(ProvisionerError):
     exit_code = ExitCode.PLAYBOOK
+
+
+class ExecutionError(ProvisionerError):
+    """An execution node could not run (or finish) its share: unreachable, died, unfit."""
+
+    exit_code = ExitCode.EXECUTION
 
 
 class StateError(ProvisionerError):

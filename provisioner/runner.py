@@ -151,6 +151,11 @@ def child_env(parent: Mapping[str, str], prepared: Mapping[str, str],
     return env
 
 
+# Set for every ansible-playbook run, local or on an execution node.
+PLAYBOOK_ENV = {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
+                "ANSIBLE_LOCALHOST_WARNING": "0"}
+
+
 def run_playbook(private_data_dir: Path, playbook: str, *, limit: str | None = None,
                  tags: str | None = None, skip_tags: str | None = None,
                  extravars: Mapping[str, Any] | None = None, forks: int = 20,
@@ -180,8 +185,7 @@ def run_playbook(private_data_dir: Path, playbook: str, *, limit: str | None = N
     # ansible-runner finds ansible-playbook on PATH: put this environment's bin dir first,
     # so `.venv/bin/provision` works without an activated virtual environment.
     path = os.pathsep.join([str(Path(sys.executable).parent), *os.get_exec_path()])
-    env = {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "PATH": path,
-           "ANSIBLE_LOCALHOST_WARNING": "0", **(envvars or {})}
+    env = {**PLAYBOOK_ENV, "PATH": path, **(envvars or {})}
     # suppress_env_files: ansible-runner would otherwise write envvars, extravars and
     # cmdline under env/ (kept, and read again by the next run); init_runner, then run(),
     # is what ansible_runner.run does, with the environment cut back in between.
@@ -192,9 +196,16 @@ def run_playbook(private_data_dir: Path, playbook: str, *, limit: str | None = N
         suppress_env_files=True)
     runner.config.env = child_env(os.environ, runner.config.env, env)
     runner.run()
-    stats = runner.stats or {}
+    return RunResult(playbook=playbook, status=str(runner.status), rc=int(runner.rc or 0),
+                     hosts=host_stats(runner.stats or {}), events=events,
+                     artifact_dir=str(runner.config.artifact_dir), aborted=aborted)
+
+
+def host_stats(stats: Mapping[str, Any]) -> dict[str, HostStats]:
+    """Per-host counts from the playbook_on_stats event's data (what Runner.stats holds);
+    the distributed path (execution/stream.py) reads the same event off the stream."""
     hosts: dict[str, HostStats] = {}
-    names = set()
+    names: set[str] = set()
     for key in ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored"):
         names |= set((stats.get(key) or {}).keys())
     for host in sorted(names):
@@ -203,7 +214,8 @@ def run_playbook(private_data_dir: Path, playbook: str, *, limit: str | None = N
         hosts[host] = HostStats(ok=n("ok"), changed=n("changed"), failed=n("failures"),
                                 unreachable=n("dark"), skipped=n("skipped"),
                                 rescued=n("rescued"), ignored=n("ignored"))
-    return RunResult(playbook=playbook, status=str(runner.status), rc=int(runner.rc or 0),
-                     hosts=hosts, events=events, artifact_dir=str(runner.config.artifact_dir),
-                     aborted=aborted)
+    return hosts
+
+
+to_event = _to_event  # one reading of an event for the local and the distributed path
 

@@ -60,3 +60,17 @@ def write_site(tmp_path: Path):
         return tmp_path
 
     return _write
+
+
+def add_provisioning(site_yaml: Path, block: str) -> None:
+    """Put BLOCK (YAML text starting with `provisioning:`) into SITE_YAML, merged into the
+    `provisioning:` mapping the file already has (a second one is a duplicate key)."""
+    text = site_yaml.read_text()
+    head, _, body = block.lstrip("\n").partition("\n")
+    assert head.strip() == "provisioning:", head
+    if "\nprovisioning:\n" in "\n" + text:
+        text = ("\n" + text).replace("\nprovisioning:\n", "\nprovisioning:\n" + body.rstrip("\n")
+                                      + "\n", 1)[1:]
+    else:
+        text += "\n" + block.lstrip("\n")
+    site_yaml.write_text(text)

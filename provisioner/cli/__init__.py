@@ -10,6 +10,7 @@ import provisioner.cli.report as report_cli
 from provisioner import __version__
 from provisioner.cli import bmc, fabric, inventory, lab, pxe, up, upgrade
 from provisioner.cli.common import STATE
+from provisioner.cli.doctor import doctor
 from provisioner.cli.render import render
 from provisioner.cli.run import run
 
@@ -18,7 +19,8 @@ app = typer.Typer(
     help="Take racks of GPU servers from bare metal to a GPU Kubernetes cluster.",
     epilog="Exit codes: 0 ok, 1 internal error, 2 usage or config, 3 inventory, 4 budget, "
     "5 BMC, 6 render, 7 playbook, 8 state, 9 nodes failed in up or upgrade, 10 fabric, "
-    "11 upgrade refused, 12 failure budget spent, 13 Kubernetes API, 130 interrupted.",
+    "11 upgrade refused, 12 failure budget spent, 13 Kubernetes API, 14 execution node, "
+    "130 interrupted.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,  # locals may hold credentials
@@ -49,6 +51,7 @@ app.command()(inventory.power)
 app.command()(inventory.catalog)
 app.command()(render)
 app.command()(run)
+app.command()(doctor)
 app.command()(up.up)
 app.command()(up.plan)
 app.command()(up.status)

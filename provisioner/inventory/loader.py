@@ -28,6 +28,8 @@ from provisioner.inventory.yamlsafe import (
     Lines,
     Loader,
     fail,
+    gc_paused,
+    node_budget,
     parse,
 )
 
@@ -178,8 +180,10 @@ def _merge(root: Path) -> tuple[dict[str, Any], SourceMap]:
     merged: dict[str, Any] = {}
     smap = SourceMap()
     problems: list[Finding] = []
-    budget = MAX_EXPANDED_NODES  # shared by all files: many files are not a way around it
-    for path in _inventory_files(root):
+    files = _inventory_files(root)
+    # shared by all files: many files are not a way around it
+    budget = node_budget(files, MAX_EXPANDED_NODES)
+    for path in files:
         display = _display(path)
         smap.files.append(display)
         data, node, smap.lines[display], used = _parse_file(path, display, budget)
@@ -352,6 +356,7 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path
         creds.update(data["credentials"])
     if isinstance(site, dict) and isinstance(data.get("ssh"), dict):
         site["ssh"] = {**(site.get("ssh") or {}), **data["ssh"]}
+    _overlay_execution(merged, data.get("execution"))
     endpoints: dict[str, Any] = data["bmc"]
     switches: dict[str, Any] = (data["switches"] if isinstance(data.get("switches"), dict)
                                 else {})
@@ -374,12 +379,30 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path
     return frozenset(applied), stood_in
 
 
+def _overlay_execution(merged: dict[str, Any], lab: Any) -> None:
+    """The lab's execution nodes (provisioner/lab/execution.py): how to reach each one
+    named in provisioning.execution.nodes (user, key, known hosts, ansible-runner path)."""
+    prov = merged.get("provisioning")
+    ex = prov.get("execution") if isinstance(prov, dict) else None
+    nodes = ex.get("nodes") if isinstance(ex, dict) else None
+    if not isinstance(lab, dict) or not isinstance(nodes, list):
+        return
+    for node in nodes:
+        entry = lab.get(str(node.get("name"))) if isinstance(node, dict) else None
+        if isinstance(entry, dict):
+            node.update(entry)
+
+
 # ---------------------------------------------------------------- entry point
 
 
 def load(path: str | Path) -> LoadedSite:
     """Load and schema-check a site; raise InventoryError with findings on any error."""
-    root = Path(path)
+    with gc_paused():
+        return _load(Path(path))
+
+
+def _load(root: Path) -> LoadedSite:
     merged, smap = _merge(root)
     lab_hosts, lab_switches = _apply_lab_overlay(merged, root if root.is_dir() else root.parent)
     try:

@@ -27,6 +27,7 @@ from provisioner.inventory.block_models import (
     Nic,
     Psu,
 )
+from provisioner.inventory.execution_models import Execution
 from provisioner.inventory.fabric_models import Cabling
 from provisioner.inventory.fields import (
     HOSTNAME_RE,
@@ -320,6 +321,8 @@ class Provisioning(Model):
     # Nodes handled at once in the BMC and boot phases.
     concurrency: int = Field(default=64, ge=1, le=4096,
                              description="nodes handled at once in the BMC and boot phases")
+    # Hosts that run the playbooks for the controller (docs: README "Execution nodes").
+    execution: Execution = Execution()
 
     @model_validator(mode="after")
     def _iso_when_needed(self) -> Provisioning:

@@ -14,7 +14,11 @@ editor shows (a line ends at LF, CRLF or a lone CR).
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -121,8 +125,9 @@ def _guard(raw: bytes, display: str, lines: Lines, budget: int) -> int:
             if size > budget or total + size > budget:
                 line, col = lines.position(ev.start_mark)
                 raise fail(display, line, col,
-                           f"the inventory has more than {MAX_EXPANDED_NODES:,} nodes once "
-                           "aliases are expanded", "write the data out instead of nesting "
+                           "the inventory has too many nodes once aliases are expanded "
+                           f"(the limit: {MAX_EXPANDED_NODES:,}, or a quarter of the site's "
+                           "bytes if larger)", "write the data out instead of nesting "
                            "anchors, or split the site", code="yaml-alias-bomb")
             if anchor:
                 anchors[anchor] = size
@@ -168,3 +173,32 @@ def parse(raw: bytes, display: str, budget: int = MAX_EXPANDED_NODES
         if loader is not None:
             loader.dispose()
     return data, node, lines, used
+
+
+def node_budget(files: list[Path], floor: int = MAX_EXPANDED_NODES) -> int:
+    """YAML nodes a site may expand to: `floor` (1,000,000), or a quarter of its bytes when
+    larger. A written-out node takes at least ~4 bytes (a 10,000-server site: ~7), so a large
+    site still loads (100,000 servers are ~3M nodes), while aliases can never make a site
+    bigger than text of its own size could be: no amplification, memory grows with bytes."""
+    total_bytes = 0
+    for p in files:
+        with contextlib.suppress(OSError):  # unreadable: _parse_file says so, by name
+            total_bytes += p.stat().st_size
+    return max(floor, total_bytes // 4)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic GC off while a site is built, and what was built then moved out of
+    its sight (gc.freeze): a site is millions of objects that form no cycles and live as
+    long as the command, and every full collection would walk all of them again - a
+    20,000-node site loaded ~3x slower, and any later allocation paid seconds
+    (bench/inventory_scale.py). Frozen objects are still freed by reference counting."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if was_on:
+            gc.enable()

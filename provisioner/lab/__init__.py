@@ -38,6 +38,7 @@ from provisioner.errors import ConfigError
 from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import BmcProtocol, NetworkKind, Node
+from provisioner.lab import execution as execution_mod
 from provisioner.lab import hosts as hosts_mod
 from provisioner.lab import procs
 from provisioner.lab import switch as switch_mod
@@ -81,6 +82,8 @@ class LabState:
     ssh_tag: str = ""
     switches: list[switch_mod.LabSwitch] = field(default_factory=list)  # lab/switch.py
     notes: list[str] = field(default_factory=list)
+    # provisioning.execution's nodes, as lab hosts (lab/execution.py)
+    execution_hosts: list[hosts_mod.SshHost] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,7 +96,9 @@ class LabState:
                    ssh_hosts=[hosts_mod.SshHost(**h) for h in data.get("ssh_hosts", [])],
                    ssh_tag=data.get("ssh_tag", ""),
                    switches=[switch_mod.LabSwitch(**s) for s in data.get("switches", [])],
-                   notes=data.get("notes", []))
+                   notes=data.get("notes", []),
+                   execution_hosts=[hosts_mod.SshHost(**h)
+                                    for h in data.get("execution_hosts", [])])
 
 
 def _record(state: LabState, role: str, proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -240,6 +245,8 @@ def _start_ssh_hosts(loaded: LoadedSite, lab: Path, state: LabState,
     state.ssh_tag = hashlib.sha1(str(lab).encode()).hexdigest()[:8]  # noqa: S324 - a name
     state.ssh_hosts = hosts_mod.up(plan, network, gateway, lab / "ssh", rootfs,
                                    state.ssh_tag, timeout_s)
+    state.execution_hosts = execution_mod.start(loaded, lab, state.ssh_tag, rootfs, timeout_s,
+                                                {h.address for h in state.ssh_hosts})
 
 
 def _start_switches(loaded: LoadedSite, lab: Path, state: LabState, pw_file: Path,
@@ -342,6 +349,7 @@ def _write_overlay(loaded: LoadedSite, state: LabState, pw_file: Path) -> None:
     if state.ssh_hosts:
         doc["ssh"] = {"user": "root",
                       "private_key_file": str(lab_dir(loaded) / "ssh" / "id_ed25519")}
+    doc |= execution_mod.overlay(lab_dir(loaded), state.execution_hosts)
     overlay_path.parent.mkdir(parents=True, exist_ok=True)
     overlay_path.write_text("# Written by `provision lab up`; removed by `provision lab down`.\n"
                             + yaml.safe_dump(doc, sort_keys=True))
@@ -355,8 +363,8 @@ def overlay_file(loaded: LoadedSite) -> Path | None:
 def _stop(state: LabState, grace_s: float = 5.0) -> list[LabProcess]:
     """Stop exactly the recorded processes (same PID and start time), TERM then KILL;
     tear down the SSH hosts' namespaces."""
-    if state.ssh_hosts:
-        hosts_mod.down(state.ssh_hosts, state.ssh_tag)
+    if state.ssh_hosts or state.execution_hosts:
+        hosts_mod.down(state.execution_hosts + state.ssh_hosts, state.ssh_tag)
     switch_mod.down(state.switches)
     alive = [p for p in state.processes if p.alive()]
     for p in alive:

@@ -138,7 +138,10 @@ def up(hosts: Sequence[tuple[str, IPv4Address]], network: IPv4Network, gateway: 
 
 
 def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: IPv4Address,
-                workdir: Path, rootfs: Path, bridge: str, short: str, key: Path) -> SshHost:
+                workdir: Path, rootfs: Path, bridge: str, short: str, key: Path,
+                ro_binds: Sequence[str] = ()) -> SshHost:
+    """One host; `ro_binds` are host directories bind-mounted read-only at the same path
+    inside it (an execution node's Python and virtual environment: lab/execution.py)."""
     netns = f"pv-{short}"
     veth = f"pv{short}"[:15]
     d = workdir / name
@@ -161,6 +164,8 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
     # autoinstall late-commands write (render/pxe.py) and `up` reads (workflows/steps/guard).
     (d / "upper/etc/hosts").write_text("127.0.0.1 localhost\n::1 localhost ip6-localhost\n")
     (d / "upper" / INSTALL_MARKER.lstrip("/")).write_text(name + "\n")
+    for p in ro_binds:
+        (d / "upper" / p.lstrip("/")).mkdir(parents=True, exist_ok=True)
     (d / "upper/etc/ssh/sshd_config.lab").write_text(
         f"ListenAddress {address}\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\n"
@@ -170,6 +175,8 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
               f"workdir={d / 'work'} {d / 'merged'} && "
               f"mount -t proc proc {d / 'merged/proc'} && "
               f"mount --rbind /dev {d / 'merged/dev'} && "
+              + "".join(f"mount --bind {p} {d / 'merged'}{p} && "
+                        f"mount -o remount,bind,ro {d / 'merged'}{p} && " for p in ro_binds) +
               f"exec chroot {d / 'merged'} /usr/sbin/sshd -D -f /etc/ssh/sshd_config.lab "
               "-E /var/log/sshd.log")
     log = open(d / "host.log", "ab")  # noqa: SIM115 - handed to the child, closed below

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.results import fabric, site, upgrade, workflow
+from provisioner.results import execution, fabric, site, upgrade, workflow
 from provisioner.results.base import Out, dump, schema_id
+from provisioner.results.execution import DoctorReport, doctor_report
 from provisioner.results.fabric import check_report, switches_report
 from provisioner.results.site import (
     CatalogReport,
@@ -37,14 +38,16 @@ from provisioner.results.workflow import (
     up_report,
 )
 
-__all__ = ["Artifact", "ArtifactsReport", "BmcReport", "CatalogReport", "LabReport", "Out",
+__all__ = ["Artifact", "ArtifactsReport", "BmcReport", "CatalogReport", "DoctorReport",
+           "LabReport", "Out",
            "PowerReport", "RenderReport", "RunReport", "UpEvent", "UpReport",
-           "ValidateReport", "bmc_report", "check_report", "dump", "json_schemas",
+           "ValidateReport", "bmc_report", "check_report", "doctor_report", "dump",
+           "json_schemas",
            "lab_report", "power_report", "run_report", "site_report", "switches_report",
            "up_event", "up_report", "validate_report"]
 
 RESULTS: tuple[type[Out], ...] = (workflow.RESULTS + site.RESULTS + fabric.RESULTS
-                                  + upgrade.RESULTS)
+                                  + upgrade.RESULTS + execution.RESULTS)
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:

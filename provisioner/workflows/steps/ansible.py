@@ -10,6 +10,7 @@ from typing import Any
 
 from provisioner import render as render_mod
 from provisioner import runner as runner_mod
+from provisioner.execution import dispatch
 from provisioner.lifecycle import Phase
 from provisioner.workflows.engine import Progress
 from provisioner.workflows.steps import Context
@@ -56,6 +57,9 @@ class Playbook:
     source: Phase
     target: Phase
     forks: int
+    # Safe to run twice on a host (the roles are idempotent): a lost execution node's
+    # hosts may then run again on another node.
+    idempotent: bool = True
 
     def __call__(self, batch: list[str]) -> None:
         ctx = self.ctx
@@ -68,21 +72,57 @@ class Playbook:
                                       + (f" - {ev.message}" if ev.message else "")))
 
         t0 = time.monotonic()
-        result = runner_mod.run_playbook(proj, self.playbook, limit=",".join(batch),
-                                         forks=self.forks, on_event=on_task,
-                                         cancel=ctx.abort.is_set)
+        if ctx.loaded.site.provisioning.execution.nodes:
+            self._distributed(proj, batch, on_task)
+        else:
+            result = runner_mod.run_playbook(proj, self.playbook, limit=",".join(batch),
+                                             forks=self.forks, on_event=on_task,
+                                             cancel=ctx.abort.is_set)
+            ctx.artifact_dirs.append(result.artifact_dir)
+            self.apply(result, batch)
         ctx.ansible_s += time.monotonic() - t0
-        ctx.artifact_dirs.append(result.artifact_dir)
-        self.apply(result, batch)
 
-    def apply(self, result: runner_mod.RunResult, batch: list[str]) -> None:
+    def _distributed(self, proj: Path, batch: list[str], on_task: runner_mod.EventFn) -> None:
+        """The batch split by rack across the execution nodes (execution/dispatch.py)."""
+        ctx, journal = self.ctx, self.ctx.journal
+
+        def record(a: dispatch.Attempt, number: int) -> None:
+            for h in a.hosts:
+                journal.store.record(h, "execution", {
+                    "step": self.step, "playbook": self.playbook, "worker": a.worker,
+                    "attempt": number, "lost": a.lost,
+                    "artifact_dir": a.result.artifact_dir if a.result else None},
+                    run_id=journal.run_id)
+            if a.lost is not None:
+                journal.note(None, self.step, "execution_lost", a.lost)
+
+        outcomes = dispatch.run_batch(
+            ctx.loaded.site.provisioning.execution,
+            {h: p.placement.rack for h, p in ctx.plans.items()}, proj, self.playbook, batch,
+            idempotent=self.idempotent, forks=self.forks, on_event=on_task,
+            cancel=ctx.abort.is_set, record=record)
+        for out in outcomes:
+            final = out.final
+            if final.result is not None:
+                ctx.artifact_dirs.append(final.result.artifact_dir)
+                self.apply(final.result, out.hosts, worker=final.worker)
+                continue
+            why = "; ".join(a.lost or "" for a in out.attempts)
+            if len(out.attempts) == 1 and not self.idempotent:
+                why += f" ({self.playbook} is not safe to repeat: not retried)"
+            for h in out.hosts:
+                journal.fail(h, self.step, why)
+
+    def apply(self, result: runner_mod.RunResult, batch: list[str],
+              worker: str | None = None) -> None:
         journal, step = self.ctx.journal, self.step
+        where = f" on execution node {worker}" if worker else ""
         for h in batch:
             failures = [e for e in result.failures if e.host == h]
             if failures:
                 first = failures[0]
                 journal.fail(h, step, f"{first.status} at '{first.task}': {first.message}"
-                             f" (log: {result.artifact_dir})")
+                             f" (log{where}: {result.artifact_dir})")
             elif result.status == "canceled":  # aborted (a second Ctrl-C), not just stopped
                 journal.stopped(h, step, "playbook canceled")
             elif not result.ok and not result.failures:
@@ -92,4 +132,7 @@ class Playbook:
                 journal.note(h, step, "not_finished", "the playbook stopped after another "
                              "host failed; this node runs again next time")
             else:
-                journal.move(h, self.target, step, playbook_detail(result, h))
+                detail = playbook_detail(result, h)
+                if worker:
+                    detail["worker"] = worker
+                journal.move(h, self.target, step, detail)

@@ -1,0 +1,138 @@
+"""site.yml across two execution nodes (ansible-runner transmit -> ssh worker -> process)
+against the lab's SSH hosts, compared with the same playbook run locally on fresh hosts;
+then (same lab) an execution node killed by PID mid-run, `provision doctor` before and
+after, and the dead node's share of a playbook not safe to repeat.
+
+One lab at a time on this machine: run under `flock /tmp/pv-lab.lock`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from provisioner import lab as lab_mod
+from provisioner import render, runner
+from provisioner.execution import dispatch
+from provisioner.execution import doctor as doctor_mod
+from provisioner.inventory import load
+from provisioner.lab import execution as lab_execution
+from tests.conftest import EXAMPLE, add_provisioning, requires_ssh_hosts
+from tests.integration.conftest import provision, requires_ipmi_sim
+
+pytestmark = [pytest.mark.integration, requires_ipmi_sim, requires_ssh_hosts]
+
+HOSTS = {"cp01", "cp02", "cp03", "dgx01", "dgx02", "stor01"}
+# site.yml runs over two hosts (the first control plane and a DGX: the two richest host
+# kinds), one per execution node: on CI's 2 cores Ansible's time grows with the hosts.
+RUN = ["cp01", "dgx01"]
+EXECUTION = """
+provisioning:
+  execution:
+    split_by: host          # the example site is one rack: each host its own domain
+    nodes:
+      - {name: ex1, address: 10.250.0.201}
+      - {name: ex2, address: 10.250.0.202}
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    dest = tmp_path_factory.mktemp("exec") / "site"
+    shutil.copytree(EXAMPLE, dest, ignore=shutil.ignore_patterns(".provision"))
+    add_provisioning(dest / "site.yaml", EXECUTION)
+    return dest
+
+
+def fresh_lab(site: Path) -> tuple[lab_mod.LabState, Path]:
+    """The lab (re)started: fresh copy-on-write hosts; the rendered project."""
+    lab_mod.down(load(site))
+    state = lab_mod.up(load(site), ssh_hosts=True)
+    loaded = load(site)
+    out = render.render(loaded, loaded.base_dir / ".provision" / "ansible", lab=True).out
+    return state, out
+
+
+def counts(result: runner.RunResult) -> dict[str, tuple[int, int, int, int]]:
+    return {h: (s.ok, s.changed, s.failed, s.unreachable) for h, s in result.hosts.items()}
+
+
+def test_same_outcome_locally_and_across_execution_nodes_then_a_killed_node(site):
+    try:
+        _, out = fresh_lab(site)
+        local = runner.run_playbook(out, "site.yml", limit=",".join(RUN))
+        assert local.ok, [f"{e.host} | {e.task}: {e.message}" for e in local.failures]
+
+        state, out = fresh_lab(site)
+        assert [h.name for h in state.execution_hosts] == ["ex1", "ex2"]
+        loaded = load(site)
+        ex = loaded.site.provisioning.execution
+        assert ex.nodes[0].ansible_runner.endswith("/bin/ansible-runner")
+        attempts: list[tuple[str, int, str | None]] = []
+        outcomes = dispatch.run_batch(
+            ex, {}, out, "site.yml", RUN, idempotent=True,
+            record=lambda a, n: attempts.append((a.worker, n, a.lost)))
+        assert [o.final.worker for o in outcomes] == ["ex1", "ex2"]
+        assert all(o.final.result and o.final.result.ok for o in outcomes)
+        merged: dict[str, tuple[int, int, int, int]] = {}
+        for o in outcomes:
+            assert o.final.result is not None
+            merged |= counts(o.final.result)
+            events = Path(o.final.result.artifact_dir) / "job_events"
+            assert len(list(events.glob("*.json"))) > 10  # written here, as locally
+            assert set(o.final.result.hosts) == set(o.hosts)
+        # the same per-host outcome and the same ok/changed counts as the local run
+        assert merged == counts(local)
+        assert sum(c[1] for c in merged.values()) > 0
+        assert all(lost is None for _, _, lost in attempts)
+
+        # `provision doctor`: both nodes fit (the lab's versions are the controller's)
+        doc = provision("doctor", str(site), "--json")
+        assert doc.returncode == 0, doc.stdout + doc.stderr
+        report = json.loads(doc.stdout)
+        assert [(n["node"], n["ok"]) for n in report["nodes"]] == [("ex1", True), ("ex2", True)]
+
+        # ex1 killed by PID at its first task event (same hosts, second run of site.yml):
+        # its share, and only its share, runs again on ex2 with the reason recorded; ex2's
+        # own share finishes undisturbed
+        killed: list[int] = []
+        ex1_hosts = set(outcomes[0].hosts)
+
+        def on_event(ev: runner.TaskEvent) -> None:
+            if ev.host in ex1_hosts and not killed:
+                killed.extend(lab_execution.kill(state.execution_hosts, "ex1"))
+
+        attempts.clear()
+        second = dispatch.run_batch(ex, {}, out, "site.yml", RUN, idempotent=True,
+                                    on_event=on_event,
+                                    record=lambda a, n: attempts.append((a.worker, n, a.lost)))
+        assert killed
+        lost = [a for a in attempts if a[2] is not None]
+        assert [(w, n) for w, n, _ in lost] == [("ex1", 1)]
+        assert "execution node ex1 (10.250.0.201) lost" in str(lost[0][2])
+        assert second[0].hosts == outcomes[0].hosts
+        assert [a.worker for a in second[0].attempts] == ["ex1", "ex2"]
+        assert second[0].final.result is not None and second[0].final.result.ok
+        assert set(second[0].final.result.hosts) == ex1_hosts
+        assert [a.worker for a in second[1].attempts] == ["ex2"]
+        assert second[1].final.result is not None and second[1].final.result.ok
+        assert set(second[1].final.result.hosts) == set(outcomes[1].hosts)
+
+        # ex1 is now dead: doctor says so, naming it; a playbook not safe to repeat fails
+        # exactly ex1's hosts with ssh's reason, not retried, and ex2's hosts run
+        health = {h.node: h for h in doctor_mod.check(ex)}
+        assert health["ex2"].ok and not health["ex1"].reachable
+        assert health["ex1"].problems[0].startswith("SSH to root@10.250.0.201:22 failed")
+        third = dispatch.run_batch(ex, {}, out, "ping.yml", sorted(HOSTS), idempotent=False)
+        gone, ran = third
+        assert len(gone.attempts) == 1 and gone.final.result is None
+        assert gone.final.worker == "ex1" and len(gone.hosts) == 3
+        assert "execution node ex1 (10.250.0.201) lost: ssh exited 255" in str(gone.final.lost)
+        assert ran.final.worker == "ex2" and ran.final.result is not None and ran.final.result.ok
+        assert set(ran.final.result.hosts) == set(ran.hosts)
+        assert set(gone.hosts) | set(ran.hosts) == HOSTS and not set(gone.hosts) & set(ran.hosts)
+    finally:
+        lab_mod.down(load(site))
