@@ -77,6 +77,9 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     if sw.mirror is not None and not sw.mirror.startswith(("http://", "https://", "file://")):
         emit("bad-mirror", ("software", "mirror"), f"mirror '{sw.mirror}' is not a URL",
              "write http://mirror.example/ubuntu or file:///srv/mirror")
+    if sw.mirror_key is not None and sw.mirror is None:
+        emit("mirror-key-without-mirror", ("software", "mirror_key"),
+             "mirror_key is set but no mirror is", "set software.mirror, or drop mirror_key")
 
 
 def _cuda(loaded: LoadedSite, emit: Emit, cuda: str, branch: str, version: str | None) -> None:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
 
-from provisioner.inventory.fields import IPv4Net, KubeVersion, MirrorUrl, Model
+from provisioner.inventory.fields import IPv4Net, KubeVersion, LocalPath, MirrorUrl, Model
 
 VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}$")
 
@@ -108,3 +108,6 @@ class Software(Model):
     kubernetes: Kubernetes | None = None
     roce: Roce = Roce()
     mirror: MirrorUrl | None = Field(default=None, description="local package mirror (air-gapped)")
+    mirror_key: LocalPath | None = Field(
+        default=None, description="the mirror's signing key (armored .asc or binary .gpg, "
+        "relative to the site directory): apt verifies the mirror through signed-by")

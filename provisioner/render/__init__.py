@@ -86,6 +86,9 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
                                  for n in site.networks},
         "provisioner_mirror": sw.mirror or "",
         "base_os_mirror": sw.mirror or "",
+        # the key's source on the controller; the role copies it and names it in signed-by
+        "base_os_mirror_key": (str(loaded.base_dir.resolve() / sw.mirror_key)
+                               if sw.mirror_key else ""),
         "dcgm_diag_level": sw.dcgm.diag_level,
         "roce_host_interfaces": list(roce.interfaces),
         # the same contract renders the switch side (provisioner/roce.py, fabric/)
@@ -110,6 +113,8 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
         data |= {"kubernetes_version": k.version, "kubernetes_cni": k.cni,
                  "kubernetes_pod_cidr": str(k.pod_cidr),
                  "kubernetes_service_cidr": str(k.service_cidr)}
+    if data["base_os_mirror_key"] and not Path(data["base_os_mirror_key"]).is_file():
+        raise RenderError(f"software.mirror_key: {data['base_os_mirror_key']} is not a file")
     for key, value in data.items():
         if isinstance(value, str) and not SAFE_VALUE_RE.match(value):
             raise RenderError(f"refusing to render {key}={value!r}: unexpected characters")
