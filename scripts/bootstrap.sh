@@ -9,9 +9,10 @@ cd "$(dirname "$0")/.."
 # (OpenIPMI's ipmi_sim and ipmitool for IPMI BMCs; debootstrap, ssh and iproute2 for the
 # SSH test hosts in network namespaces; dnsmasq to check rendered network-boot configs;
 # headless chromium and a font to test `provision report` as a browser shows it; FRRouting,
-# whose vtysh is the real router CLI the switch tests push to).
+# whose vtysh is the real router CLI the switch tests push to; gnupg, dpkg-dev and Debian's
+# archive keyring to build, index and sign the lab's apt mirror).
 APT_PACKAGES=(python3-venv openipmi ipmitool iproute2 debootstrap openssh-client util-linux
-  dnsmasq-base chromium fonts-dejavu-core frr)
+  dnsmasq-base chromium fonts-dejavu-core frr gnupg dpkg-dev debian-archive-keyring)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

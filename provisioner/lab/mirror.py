@@ -184,7 +184,7 @@ def plan(wanted: dict[str, str], debian_names: set[str]) -> MirrorPlan:
     return out
 
 
-def _build_standin(cache: Path, name: str, version: str, depends: list[str]) -> Path:
+def build_standin(cache: Path, name: str, version: str, depends: list[str]) -> Path:
     """One stand-in .deb (cached by name, version and Depends)."""
     digest = hashlib.sha256(f"{STANDIN_VERSION}|{name}|{version}|{depends}".encode())
     deb = cache / f"{name}_{version.replace(':', '%3a')}_{ARCH}_{digest.hexdigest()[:8]}.deb"
@@ -323,7 +323,7 @@ def build(wanted: dict[str, str], out: Path, gnupg_home: Path, cache: Path, root
     pool = out / "pool/main"
     shutil.rmtree(out, ignore_errors=True)
     pool.mkdir(parents=True)
-    standins = [_build_standin(standin_cache, name, v, p.standin_depends[(name, v)])
+    standins = [build_standin(standin_cache, name, v, p.standin_depends[(name, v)])
                 for name, versions in sorted(p.standins.items()) for v in versions]
     reals = debian.fetch(p.real)
     for deb in [*standins, *reals]:
@@ -332,9 +332,18 @@ def build(wanted: dict[str, str], out: Path, gnupg_home: Path, cache: Path, root
             os.link(deb, dest)
         except OSError:
             shutil.copy2(deb, dest)
+    key_file = publish(out, gnupg_home)
+    return MirrorInfo(root=out, key_file=key_file, real_debs=len(reals),
+                      standin_debs=len(standins), build_s=time.monotonic() - started,
+                      packages=sorted(p.standins) + sorted(p.real))
+
+
+def publish(out: Path, gnupg_home: Path) -> Path:
+    """Index `out`/pool/main (Packages, Release) and sign it with a new lab key (InRelease,
+    Release.gpg): returns the armored public key that apt's signed-by names."""
     dist = out / "dists" / SUITE
     for comp in COMPONENTS:
-        (dist / comp / f"binary-{ARCH}").mkdir(parents=True)
+        (dist / comp / f"binary-{ARCH}").mkdir(parents=True, exist_ok=True)
     packages = _scan(out)
     for comp in COMPONENTS:
         text = packages if comp == "main" else ""
@@ -351,9 +360,7 @@ def build(wanted: dict[str, str], out: Path, gnupg_home: Path, cache: Path, root
           str(dist / "Release")])
     key_file = out / KEY_NAME
     key_file.write_text(public)
-    return MirrorInfo(root=out, key_file=key_file, real_debs=len(reals),
-                      standin_debs=len(standins), build_s=time.monotonic() - started,
-                      packages=sorted(p.standins) + sorted(p.real))
+    return key_file
 
 
 def _scan(root: Path) -> str:

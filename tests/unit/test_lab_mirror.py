@@ -1,0 +1,124 @@
+"""The lab's apt mirror: what it holds (the closure of the roles' packages) and that real apt
+trusts it only through its signed-by key, and resolves the driver only with the role's pin.
+
+The repository tests build a small mirror of stand-ins (no download) and run the
+controller's own apt-get against it with private state directories.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+
+from provisioner.errors import ConfigError
+from provisioner.lab import mirror
+from tests.conftest import ROOT, requires_peer
+
+DRIVER = "570.124.06"
+DRIVER_DEB = f"{DRIVER}-0ubuntu0.22.04.1"
+requires_apt_tools = requires_peer(
+    all(shutil.which(t) for t in ("gpg", "dpkg-deb", "dpkg-scanpackages", "apt-get")),
+    "gnupg, dpkg-dev and apt are needed (scripts/bootstrap.sh installs them)")
+
+
+def test_plan_follows_depends_with_stand_ins_and_real_debian_packages():
+    debian = {"chrony", "iptables", "iproute2", "socat", "util-linux", "mount", "ethtool",
+              "ebtables", "conntrack", "rdma-core", "ibverbs-utils", "infiniband-diags"}
+    p = mirror.plan({"nvidia-driver-570-server-open": DRIVER, "chrony": "",
+                     "kubeadm": "1.31.4", "doca-ofed": "2.9.1"}, debian)
+    # the driver's dependencies at exactly its version, for each release kept
+    assert p.standins["nvidia-driver-570-server-open"] == [
+        "570.124.06-0ubuntu0.22.04.1", "570.86.15-0ubuntu0.22.04.1", "570.133.20-0ubuntu0.22.04.1"]
+    assert "libnvidia-compute-570-server (= 570.86.15-0ubuntu0.22.04.1)" in \
+        p.standin_depends[("nvidia-utils-570-server", "570.86.15-0ubuntu0.22.04.1")]
+    assert len(p.standins["libnvidia-compute-570-server"]) == 3
+    assert p.standins["kubeadm"][0] == "1.31.4-1.1" and len(p.standins["kubelet"]) == 1
+    assert {"chrony", "iptables", "conntrack", "rdma-core", "infiniband-diags"} <= p.real
+    assert not p.real & set(p.standins)
+
+
+def test_a_package_neither_debian_nor_vendor_is_refused():
+    with pytest.raises(ConfigError, match="nosuchpkg is neither in Debian"):
+        mirror.plan({"nosuchpkg": ""}, {"chrony"})
+
+
+def _driver_repo(tmp: Path) -> Path:
+    """A signed mirror with the driver's closure (three releases), stand-ins only."""
+    p = mirror.plan({"nvidia-driver-570-server-open": DRIVER}, set())
+    pool = tmp / "repo/pool/main"
+    pool.mkdir(parents=True)
+    for name, versions in p.standins.items():
+        for v in versions:
+            deb = mirror.build_standin(tmp / "cache", name, v, p.standin_depends[(name, v)])
+            shutil.copy(deb, pool / f"{name}_{v}.deb")
+    return mirror.publish(tmp / "repo", tmp / "gnupg")
+
+
+def _apt(tmp: Path, key: Path, *args: str, pin: str = "") -> subprocess.CompletedProcess[str]:
+    etc = tmp / "apt"
+    for sub in ("lists/partial", "cache/archives/partial", "preferences.d"):
+        (etc / sub).mkdir(parents=True, exist_ok=True)
+    (etc / "sources.list").write_text(
+        f"deb [signed-by={key}] file:{tmp / 'repo'} {mirror.SUITE} main\n")
+    (etc / "preferences.d/pin").write_text(pin)
+    (etc / "status").touch()
+    opts = ["-o", f"Dir::Etc::SourceList={etc / 'sources.list'}",
+            "-o", "Dir::Etc::SourceParts=/nonexistent",
+            "-o", f"Dir::Etc::PreferencesParts={etc / 'preferences.d'}",
+            "-o", f"Dir::State::Lists={etc / 'lists'}",
+            "-o", f"Dir::State::status={etc / 'status'}",
+            "-o", f"Dir::Cache={etc / 'cache'}", "-o", "Debug::NoLocking=true",
+            "-o", "APT::Sandbox::User=root", "-o", f"APT::Architecture={mirror.ARCH}"]
+    return subprocess.run(["apt-get", *opts, *args], capture_output=True, text=True,
+                          check=False, timeout=120)
+
+
+def _role_pin() -> str:
+    """The preferences file the nvidia_driver role writes, rendered from its own task."""
+    tasks = yaml.safe_load((ROOT / "roles/nvidia_driver/tasks/install.yml").read_text())
+    task = next(t for t in tasks if t["name"].startswith("Pin the driver branch"))
+    names = yaml.safe_load((ROOT / "roles/nvidia_driver/vars/main.yml").read_text())[
+        "nvidia_driver_pinned_packages"]
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+    pinned = [env.from_string(n).render(nvidia_driver_branch="570") for n in names]
+    return env.from_string(task["ansible.builtin.copy"]["content"]).render(
+        nvidia_driver_pinned_packages=pinned, nvidia_driver_version=DRIVER)
+
+
+@requires_apt_tools
+def test_apt_trusts_the_mirror_through_its_key_and_installs_the_pinned_driver(tmp_path):
+    key = _driver_repo(tmp_path)
+    update = _apt(tmp_path, key, "update")
+    assert update.returncode == 0 and "W:" not in update.stderr, update.stderr
+    want = f"nvidia-driver-570-server-open={DRIVER_DEB}"
+    # without the role's pin apt takes the dependencies' newest release and gives up
+    unpinned = _apt(tmp_path, key, "-s", "install", want)
+    assert unpinned.returncode != 0 and "570.133.20" in unpinned.stdout + unpinned.stderr
+    pinned = _apt(tmp_path, key, "-s", "install", want, pin=_role_pin())
+    assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+    inst = [ln for ln in pinned.stdout.splitlines() if ln.startswith("Inst ")]
+    assert len(inst) == 4 and all(f"({DRIVER_DEB} " in ln for ln in inst), inst
+
+
+@requires_apt_tools
+def test_apt_refuses_the_mirror_with_another_key_or_a_changed_index(tmp_path):
+    _driver_repo(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    _, public = mirror.make_key(other / "gnupg")
+    (other / "key.asc").write_text(public)
+    wrong = _apt(tmp_path, other / "key.asc", "update")
+    assert "NO_PUBKEY" in wrong.stderr or "not signed" in wrong.stderr, wrong.stderr
+    assert not list((tmp_path / "apt/lists").glob("*_Packages"))
+    packages = tmp_path / "repo/dists" / mirror.SUITE / f"main/binary-{mirror.ARCH}/Packages"
+    packages.write_text(packages.read_text().replace(DRIVER_DEB, "999.0-1", 1))
+    (packages.with_suffix(".gz")).unlink()
+    changed = _apt(tmp_path, tmp_path / "repo" / mirror.KEY_NAME, "update")
+    assert changed.returncode != 0 or "E:" in changed.stderr or "W:" in changed.stderr
+    assert "Hash Sum mismatch" in changed.stderr or "File has unexpected size" in \
+        changed.stderr, changed.stderr
