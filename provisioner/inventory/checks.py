@@ -289,7 +289,14 @@ def _kubernetes(loaded: LoadedSite, emit: Emit) -> None:
         emit("no-control-plane", ("software", "kubernetes"),
              "Kubernetes is planned but no node has the control-plane role",
              "give one or three nodes roles: [control-plane]", at_key=True)
-    elif control % 2 == 0:
+    if control > 1 and k8s.vip is None and not k8s.load_balancer:
+        # kubeadm HA: further control planes join through controlPlaneEndpoint; pointing it
+        # at one control plane makes that node a single point of failure.
+        emit("kubernetes-no-endpoint", ("software", "kubernetes"),
+             f"{control} control planes but no stable API endpoint",
+             "set kubernetes.vip (kube-vip serves it) or kubernetes.load_balancer",
+             at_key=True)
+    if control % 2 == 0 and control:
         emit("even-control-plane", ("software", "kubernetes"),
              f"{control} control-plane nodes: etcd needs an odd number for a useful quorum",
              "use 1, 3 or 5", severity=Severity.WARNING, at_key=True)
