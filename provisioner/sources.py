@@ -44,6 +44,13 @@ CNI_MANIFESTS = {
     "flannel": ("https://github.com/flannel-io/flannel/releases/download/{v}/",
                 "kube-flannel.yml"),
 }
+# Operator charts (NGC chart repository helm.ngc.nvidia.com/nvidia). Network Operator 25.7.0
+# and its component tag: NVIDIA Network Operator v25.7.0, "NicClusterPolicy Custom Resource
+# Example" (docs.nvidia.com/networking/display/kubernetes2570) [P]; 25.4.x is end of life
+# (v25.10.0 "Life Cycle Management") [P].
+GPU_OPERATOR_CHART_VERSION = "v25.3.0"
+NETWORK_OPERATOR_CHART_VERSION = "25.7.0"
+NETWORK_OPERATOR_COMPONENT_VERSION = "network-operator-v25.7.0"
 KUBE_VIP_IMAGE = "ghcr.io/kube-vip/kube-vip"
 KUBE_VIP_VERSION = "v0.8.9"
 # Where the Network Operator's components live (its chart's values.yaml) [S].
@@ -101,6 +108,10 @@ def site_vars(sw: Software) -> dict[str, Any]:
     data["kubernetes_helm_repo_url"] = charts or NVIDIA_CHARTS
     data["kubernetes_cilium_helm_repo_url"] = charts or CILIUM_CHARTS
     data["kubernetes_cni_version"] = CNI_VERSIONS[k8s.cni]
+    data |= {"kubernetes_gpu_operator_chart_version": GPU_OPERATOR_CHART_VERSION,
+             "kubernetes_network_operator_chart_version": NETWORK_OPERATOR_CHART_VERSION,
+             "kubernetes_network_operator_component_version":
+                 NETWORK_OPERATOR_COMPONENT_VERSION}
     if k8s.cni in CNI_MANIFESTS:
         base, name = CNI_MANIFESTS[k8s.cni]
         version = CNI_VERSIONS[k8s.cni]

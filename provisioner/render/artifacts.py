@@ -4,6 +4,7 @@ into the host variables) and the sources and versions from sources.py."""
 
 from __future__ import annotations
 
+from provisioner import sources
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import Role
 from provisioner.inventory.topology import HostPlan, has_roce, host_plans
@@ -69,13 +70,29 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
             [h for h in k8s if h.block.gpu is not None])
         for pkg in ("kubeadm", "kubelet", "kubectl"):
             add("package", pkg, sw.kubernetes.version, "kubernetes", k8s)
-        add("image", "registry.k8s.io/pause", "3.10", "container_runtime", k8s)
+        pause, _, pause_tag = sources.PAUSE_IMAGE.rpartition(":")
+        add("image", pause, pause_tag, "container_runtime", k8s)
         add("image-set", "kubeadm control-plane images (kubeadm config images list)",
             f"v{sw.kubernetes.version}", "kubernetes", k8s)
-        add("file", f"{sw.kubernetes.cni} CNI manifest (kubernetes_cni_manifest_url)", "",
-            "kubernetes", k8s)
+        cni = sw.kubernetes.cni
+        if cni in sources.CNI_MANIFESTS:
+            add("file", f"{cni} CNI manifest ({sources.CNI_MANIFESTS[cni][1]})",
+                sources.CNI_VERSIONS[cni], "kubernetes", k8s)
+        if cni == "cilium":
+            add("helm-chart", "cilium/cilium", sources.CNI_VERSIONS[cni], "kubernetes", k8s)
+        control = [h for h in k8s if Role.CONTROL_PLANE in h.roles]
+        if gpu or roce or cni == "cilium":  # helm runs on the first control plane only
+            add("package", "helm", "", "kubernetes", control[:1])
+        if sw.kubernetes.vip is not None:
+            add("image", sources.KUBE_VIP_IMAGE, sources.KUBE_VIP_VERSION, "kubernetes",
+                control)
         if gpu:
-            add("helm-chart", "nvidia/gpu-operator", "v25.3.0", "kubernetes", k8s)
+            add("helm-chart", "nvidia/gpu-operator", sources.GPU_OPERATOR_CHART_VERSION,
+                "kubernetes", k8s)
         if roce:
-            add("helm-chart", "nvidia/network-operator", "", "kubernetes", k8s)
+            add("helm-chart", "nvidia/network-operator", sources.NETWORK_OPERATOR_CHART_VERSION,
+                "kubernetes", k8s)
+            add("image-set", f"{sources.NETWORK_OPERATOR_REPOSITORY} (rdma shared device plugin,"
+                " multus, CNI plugins, nv-ipam)", sources.NETWORK_OPERATOR_COMPONENT_VERSION,
+                "kubernetes", k8s)
     return items

@@ -60,10 +60,24 @@ def test_each_cni_renders_a_pinned_version(tmp_path):
             assert sources.CNI_VERSIONS[cni] in gv["kubernetes_cni_manifest_url"]
 
 
-def test_operators_are_pinned():
+def test_operators_are_pinned(tmp_path):
+    for version in (sources.GPU_OPERATOR_CHART_VERSION, sources.NETWORK_OPERATOR_CHART_VERSION):
+        assert re.fullmatch(r"v?\d+\.\d+\.\d+", version)
+    assert sources.NETWORK_OPERATOR_COMPONENT_VERSION.endswith(
+        sources.NETWORK_OPERATOR_CHART_VERSION)
+    # The role holds no version of its own: render writes the pinned ones, and
+    # render --artifacts lists the same charts at the same versions.
     d = _yaml(ROLE / "defaults/main.yml")
-    assert re.fullmatch(r"v?\d+\.\d+\.\d+", d["kubernetes_gpu_operator_chart_version"])
-    assert re.fullmatch(r"v?\d+\.\d+\.\d+", d["kubernetes_network_operator_chart_version"])
+    assert d["kubernetes_gpu_operator_chart_version"] == ""
+    loaded = load(EXAMPLE)
+    out = render.render(loaded, tmp_path / "o").out
+    gv = _yaml(out / "inventory/group_vars/all.yml")
+    charts = {i["name"]: i["version"] for i in render.artifacts(loaded)
+              if i["kind"] == "helm-chart"}
+    assert charts == {
+        "nvidia/gpu-operator": gv["kubernetes_gpu_operator_chart_version"],
+        "nvidia/network-operator": gv["kubernetes_network_operator_chart_version"]}
+    assert all(charts.values())
     release = _yaml(ROLE / "tasks/helm_release.yml")
     argv = release[1]["ansible.builtin.command"]["argv"]
     assert "'--version', kubernetes_release.version" in argv
@@ -160,10 +174,11 @@ def test_nic_cluster_policy_for_roce_sites(tmp_path):
     out = render.render(load(EXAMPLE), tmp_path / "o").out
     gv = _yaml(out / "inventory/group_vars/all.yml")
     policy = yaml.safe_load(_template(
-        "kubernetes", "nic-cluster-policy.yaml.j2", **gv,
-        kubernetes_network_operator_component_version="network-operator-v25.4.0",
-        kubernetes_roce_interfaces=[]))
+        "kubernetes", "nic-cluster-policy.yaml.j2", **gv, kubernetes_roce_interfaces=[]))
     assert policy["kind"] == "NicClusterPolicy"
+    plugin = policy["spec"]["rdmaSharedDevicePlugin"]
+    assert plugin["version"] == sources.NETWORK_OPERATOR_COMPONENT_VERSION
+    assert plugin["repository"] == sources.NETWORK_OPERATOR_REPOSITORY
     assert "ofedDriver" not in policy["spec"]  # DOCA is on the host
     config = __import__("json").loads(policy["spec"]["rdmaSharedDevicePlugin"]["config"])
     assert config["configList"][0]["selectors"] == {"vendors": ["15b3"]}
