@@ -296,6 +296,8 @@ def _kubernetes(loaded: LoadedSite, emit: Emit) -> None:
              f"{control} control planes but no stable API endpoint",
              "set kubernetes.vip (kube-vip serves it) or kubernetes.load_balancer",
              at_key=True)
+    if k8s.vip is not None:
+        _vip(loaded, k8s.vip, emit)
     if control % 2 == 0 and control:
         emit("even-control-plane", ("software", "kubernetes"),
              f"{control} control-plane nodes: etcd needs an odd number for a useful quorum",
@@ -305,6 +307,23 @@ def _kubernetes(loaded: LoadedSite, emit: Emit) -> None:
             if cidr.overlaps(net.cidr):
                 emit("network-overlap", ("software", "kubernetes", name),
                      f"Kubernetes {name} {cidr} overlaps network {net.name} {net.cidr}")
+
+
+def _vip(loaded: LoadedSite, vip: IPv4Address, emit: Emit) -> None:
+    """kube-vip announces the VIP by ARP on the control planes' management segment: it must
+    lie in the management network and belong to no node."""
+    path: KeyPath = ("software", "kubernetes", "vip")
+    mgmt = [n for n in loaded.site.networks if n.kind is NetworkKind.MANAGEMENT]
+    if mgmt and not any(vip in n.cidr for n in mgmt):
+        emit("vip-outside-management", path,
+             f"kubernetes.vip {vip} is outside the management network "
+             f"{', '.join(str(n.cidr) for n in mgmt)}",
+             "pick a free address of the management network (kube-vip announces it by ARP)")
+    for p in loaded.site.placements:
+        for node in p.nodes:
+            if vip in node.addresses.values():
+                emit("vip-taken", path, f"kubernetes.vip {vip} is {node.hostname}'s address",
+                     "pick an address no node uses")
 
 
 # ---------------------------------------------------------------- budgets

@@ -121,6 +121,19 @@ def test_load_balancer_endpoint_and_ha_without_one_is_refused(tmp_path):
     assert hit and hit[0].severity.value == "error"
 
 
+def test_vip_outside_management_or_on_a_node_is_refused(tmp_path):
+    from provisioner.inventory.checks import check
+    text = (FIXTURES / "sites" / "gb200.yaml").read_text()
+    codes = {}
+    for name, vip in (("ok", "10.1.0.5"), ("outside", "10.9.0.5"), ("taken", "10.1.0.11")):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text.replace("vip: 10.1.0.5", f"vip: {vip}"))
+        codes[name] = {f.code for f in check(load(path)) if f.severity.value == "error"}
+    assert not codes["ok"] & {"vip-outside-management", "vip-taken"}
+    assert "vip-outside-management" in codes["outside"]
+    assert "vip-taken" in codes["taken"]
+
+
 def _join_context(cp: bool, secrets: bool) -> dict[str, Any]:
     return {"kubernetes_kubeadm_api": "kubeadm.k8s.io/v1beta4", "inventory_hostname": "n1",
             "kubernetes_is_control_plane": cp, "kubernetes_advertise_address": "10.0.0.2",
