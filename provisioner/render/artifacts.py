@@ -53,10 +53,10 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
             version = ""
         add("package", name, version, role, users)
     roce = [h for h in servers if has_roce(loaded, h.node)]
-    if sw.doca:
+    if sw.doca:  # roce_host installs DOCA only when the site pins it
         add("repository", "DOCA repository (linux.mellanox.com/public/repo/doca)", sw.doca,
             "roce_host", roce)
-    add("package", "doca-ofed", sw.doca or "", "roce_host", roce)
+        add("package", "doca-ofed", sw.doca, "roce_host", roce)
     k8s = [h for h in servers if {Role.CONTROL_PLANE, Role.WORKER} & set(h.roles)]
     if sw.kubernetes and k8s:
         add("package", "containerd", "", "container_runtime", k8s)
