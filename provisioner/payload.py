@@ -18,8 +18,10 @@ Sources (shared/reference/DOMAIN.md §3 and the pages named at each rule):
   and nvidia-fabricmanager-<B> from source fabric-manager-<B> (amd64 and arm64). [P]
 - NVIDIA GPU Operator, "precompiled and Canonical signed drivers": Secure Boot nodes need
   Canonical's signed modules (linux-modules-nvidia-<B>-server-<kernel>). [P]
-- DCGM 4 on apt: datacenter-gpu-manager-4-cuda<CUDA major> (cuda11, cuda12, cuda13), from
-  NVIDIA's CUDA repository. [S: NVIDIA DCGM install page as quoted in public scripts]
+- DCGM 4 on apt: datacenter-gpu-manager-4-cuda<CUDA major> (cuda11, cuda12, cuda13, each
+  at 4.5.2-1 beside datacenter-gpu-manager-4-core), from NVIDIA's CUDA repository; NVIDIA's
+  "Install DCGM" page (docs.nvidia.com/datacenter/dcgm/latest/installation.html) uses the
+  same repository. [S: package listings of the CUDA repository quoted in public scripts]
 - Fabric Manager user guide: fabric manager runs at exactly the driver's version. [P]
 """
 
