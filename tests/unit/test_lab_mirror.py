@@ -10,17 +10,20 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import jinja2
 import pytest
 import yaml
 
+from provisioner import render
 from provisioner.errors import ConfigError
+from provisioner.inventory import load
 from provisioner.lab import mirror
-from tests.conftest import ROOT, requires_peer
+from tests.conftest import EXAMPLE, ROOT, requires_peer
 
 DRIVER = "570.124.06"
-DRIVER_DEB = f"{DRIVER}-0ubuntu0.22.04.1"
+DRIVER_DEB = f"{DRIVER}-0ubuntu1"  # NVIDIA's CUDA repository packaging
 requires_apt_tools = requires_peer(
     all(shutil.which(t) for t in ("gpg", "dpkg-deb", "dpkg-scanpackages", "apt-get")),
     "gnupg, dpkg-dev and apt are needed (scripts/bootstrap.sh installs them)")
@@ -47,9 +50,20 @@ def test_a_package_neither_debian_nor_vendor_is_refused():
         mirror.plan({"nosuchpkg": ""}, {"chrony"})
 
 
-def _driver_repo(tmp: Path) -> Path:
-    """A signed mirror with the driver's closure (three releases), stand-ins only."""
-    p = mirror.plan({"nvidia-driver-570-server-open": DRIVER}, set())
+@pytest.fixture(scope="module")
+def dgx_vars(tmp_path_factory):
+    """dgx01's rendered variables: the packages and the pin the roles install with."""
+    out = tmp_path_factory.mktemp("render")
+    render.render(load(EXAMPLE), out)
+    return yaml.safe_load((out / "inventory/host_vars/dgx01.yml").read_text())
+
+
+def _driver_repo(tmp: Path, dgx_vars: dict[str, Any]) -> Path:
+    """A signed mirror of the driver and fabric manager dgx01 installs (the closure of
+    their Depends, three releases each), stand-ins only."""
+    wanted = dict.fromkeys(dgx_vars["nvidia_driver_packages"]
+                           + dgx_vars["fabric_manager_packages"], DRIVER)
+    p = mirror.plan(wanted, set())
     pool = tmp / "repo/pool/main"
     pool.mkdir(parents=True)
     for name, versions in p.standins.items():
@@ -78,36 +92,36 @@ def _apt(tmp: Path, key: Path, *args: str, pin: str = "") -> subprocess.Complete
                           check=False, timeout=120)
 
 
-def _role_pin() -> str:
-    """The preferences file the nvidia_driver role writes, rendered from its own task."""
-    tasks = yaml.safe_load((ROOT / "roles/nvidia_driver/tasks/install.yml").read_text())
-    task = next(t for t in tasks if t["name"].startswith("Pin the driver branch"))
-    names = yaml.safe_load((ROOT / "roles/nvidia_driver/vars/main.yml").read_text())[
-        "nvidia_driver_pinned_packages"]
+def _role_pin(dgx_vars: dict[str, Any]) -> str:
+    """The preferences file the nvidia_driver role writes, from its own template."""
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
-    pinned = [env.from_string(n).render(nvidia_driver_branch="570") for n in names]
-    return env.from_string(task["ansible.builtin.copy"]["content"]).render(
-        nvidia_driver_pinned_packages=pinned, nvidia_driver_version=DRIVER)
+    template = (ROOT / "roles/nvidia_driver/templates/nvidia-driver.pref.j2").read_text()
+    return env.from_string(template).render(
+        nvidia_driver_pinned_packages=dgx_vars["nvidia_driver_pinned_packages"],
+        nvidia_driver_version=DRIVER)
 
 
 @requires_apt_tools
-def test_apt_trusts_the_mirror_through_its_key_and_installs_the_pinned_driver(tmp_path):
-    key = _driver_repo(tmp_path)
+def test_apt_trusts_the_mirror_through_its_key_and_installs_the_pinned_driver(tmp_path,
+                                                                             dgx_vars):
+    assert DRIVER in (EXAMPLE / "site.yaml").read_text()
+    key = _driver_repo(tmp_path, dgx_vars)
     update = _apt(tmp_path, key, "update")
     assert update.returncode == 0 and "W:" not in update.stderr, update.stderr
-    want = f"nvidia-driver-570-server-open={DRIVER_DEB}"
-    # without the role's pin apt takes the dependencies' newest release and gives up
-    unpinned = _apt(tmp_path, key, "-s", "install", want)
-    assert unpinned.returncode != 0 and "570.133.20" in unpinned.stdout + unpinned.stderr
-    pinned = _apt(tmp_path, key, "-s", "install", want, pin=_role_pin())
+    want = dgx_vars["nvidia_driver_packages"] + dgx_vars["fabric_manager_packages"]
+    # without the role's pin apt takes the newest release: not the site's driver
+    unpinned = _apt(tmp_path, key, "-s", "install", *want)
+    assert "Inst nvidia-driver-570-open (570.133.20" in unpinned.stdout, unpinned.stdout
+    # with it, the driver and every package that carries its version, at the site's version
+    pinned = _apt(tmp_path, key, "-s", "install", *want, pin=_role_pin(dgx_vars))
     assert pinned.returncode == 0, pinned.stdout + pinned.stderr
     inst = [ln for ln in pinned.stdout.splitlines() if ln.startswith("Inst ")]
-    assert len(inst) == 4 and all(f"({DRIVER_DEB} " in ln for ln in inst), inst
+    assert len(inst) == 6 and all(f"({DRIVER}-" in ln for ln in inst), inst
 
 
 @requires_apt_tools
-def test_apt_refuses_the_mirror_with_another_key_or_a_changed_index(tmp_path):
-    _driver_repo(tmp_path)
+def test_apt_refuses_the_mirror_with_another_key_or_a_changed_index(tmp_path, dgx_vars):
+    _driver_repo(tmp_path, dgx_vars)
     other = tmp_path / "other"
     other.mkdir()
     _, public = mirror.make_key(other / "gnupg")
