@@ -58,11 +58,19 @@ class StandIn:
 #   Depends kubelet, kubectl, kubernetes-cni, cri-tools; kubelet Depends iptables,
 #   kubernetes-cni, iproute2, socat, util-linux, mount, ethtool, ebtables, conntrack);
 #   pkgs.k8s.io revisions are "-1.1".
-# - NVIDIA driver (Ubuntu's -server packages: revision 0ubuntu0.<release>.1) and CUDA
-#   repository packages (revision -1); nvidia-container-toolkit's debian/control in
-#   github.com/NVIDIA/nvidia-container-toolkit (toolkit-base =, libnvidia-container-tools >=).
+# - NVIDIA driver: Ubuntu's -server packages (revision 0ubuntu0.<release>.1) and the same
+#   packaging in NVIDIA's CUDA repository (revision 0ubuntu1); in both the driver metapackage
+#   Depends on its libraries and utilities at exactly its own version (= ${binary:Version}
+#   in Ubuntu's nvidia-graphics-drivers control), which is why the role pins them together.
+#   Fabric manager, nscq, IMEX and CUDA packages: revision -1. DCGM 4: epoch 1, 4.5.2-1,
+#   the -cuda<N> package Depends datacenter-gpu-manager-4-core at its version.
+# - nvidia-container-toolkit's debian/control in github.com/NVIDIA/nvidia-container-toolkit
+#   (toolkit-base =, libnvidia-container-tools >=).
 # - DOCA: doca-ofed pulls the RDMA user space (rdma-core, ibverbs-utils, infiniband-diags:
 #   real Debian packages here) and Mellanox's own tools (stand-ins).
+# - Helm: helm.sh's apt repository (packages.buildkite.com/helm-linux/helm-debian).
+_DRIVER_DEPS = ("nvidia-utils-{b}{s} (= {v})", "libnvidia-compute-{b}{s} (= {v})",
+                "nvidia-kernel-common-{b}{s} (= {v})")
 _STANDINS: tuple[tuple[str, StandIn], ...] = (
     (r"kubeadm", StandIn("-1.1", ("kubelet (>= 1.30.0)", "kubectl (>= 1.30.0)",
                                   "kubernetes-cni (>= 1.2.0)", "cri-tools (>= 1.30.0)"))),
@@ -72,20 +80,26 @@ _STANDINS: tuple[tuple[str, StandIn], ...] = (
     (r"kubectl", StandIn("-1.1")),
     (r"kubernetes-cni", StandIn("-1.1", default_version="1.5.1")),
     (r"cri-tools", StandIn("-1.1", default_version="1.31.1")),
-    (r"nvidia-driver-(\d+)-server(-open)?",
-     StandIn("-0ubuntu0.22.04.1", ("nvidia-utils-{b}-server (= {v})",
-                                   "libnvidia-compute-{b}-server (= {v})",
-                                   "nvidia-kernel-common-{b}-server (= {v})"),
-             default_version="570.124.06")),
+    (r"(nvidia-driver|nvidia-headless-no-dkms)-(\d+)-server(-open)?",
+     StandIn("-0ubuntu0.22.04.1", _DRIVER_DEPS, default_version="570.124.06")),
+    (r"nvidia-driver-(\d+)(-open)?",
+     StandIn("-0ubuntu1", _DRIVER_DEPS, default_version="570.124.06")),
     (r"nvidia-utils-(\d+)-server",
-     StandIn("-0ubuntu0.22.04.1", ("libnvidia-compute-{b}-server (= {v})",),
+     StandIn("-0ubuntu0.22.04.1", ("libnvidia-compute-{b}{s} (= {v})",),
              default_version="570.124.06")),
+    (r"nvidia-utils-(\d+)",
+     StandIn("-0ubuntu1", ("libnvidia-compute-{b}{s} (= {v})",), default_version="570.124.06")),
     (r"(libnvidia-compute|nvidia-kernel-common)-(\d+)-server",
      StandIn("-0ubuntu0.22.04.1", default_version="570.124.06")),
-    (r"(nvidia-fabricmanager|libnvidia-nscq|nvidia-imex)-(\d+)",
+    (r"(libnvidia-compute|nvidia-kernel-common)-(\d+)",
+     StandIn("-0ubuntu1", default_version="570.124.06")),
+    (r"(nvidia-fabricmanager|libnvidia-nscq|nvidia-imex|libnvsdm)(-\d+)?",
      StandIn("-1", default_version="570.124.06")),
+    (r"linux-modules-nvidia-.*", StandIn("-1")),  # its version is the kernel's: not modelled
     (r"cuda-toolkit-(\d+)-(\d+)", StandIn("-1", default_version="12.8.0")),
-    (r"datacenter-gpu-manager.*", StandIn("", default_version="1:3.3.9")),
+    (r"datacenter-gpu-manager-4-cuda\d+",
+     StandIn("", ("datacenter-gpu-manager-4-core (= {v})",), default_version="1:4.5.2-1")),
+    (r"datacenter-gpu-manager.*", StandIn("", default_version="1:4.5.2-1")),
     (r"nvidia-container-toolkit", StandIn("-1", ("nvidia-container-toolkit-base (= {v})",
                                                  "libnvidia-container-tools (>= {v})"),
                                           default_version="1.17.4")),
@@ -98,6 +112,7 @@ _STANDINS: tuple[tuple[str, StandIn], ...] = (
                            default_version="2.9.1")),
     (r"mlnx-ofed-kernel-utils", StandIn("-1", default_version="24.10.OFED.24.10.1.1.4.1")),
     (r"mlnx-tools", StandIn("-1", default_version="24.10.0")),
+    (r"helm", StandIn("-1", default_version="3.17.3")),
     (r"(nvidia|cuda|libnvidia|doca|mlnx|nvlsm|libnvsdm).*", StandIn("-1")),
 )
 # Real neighbouring releases of pinned versions (for upgrade, downgrade and hold tests):
@@ -171,12 +186,13 @@ def plan(wanted: dict[str, str], debian_names: set[str]) -> MirrorPlan:
             continue
         base = upstream or spec.default_version or "1.0"
         branch = next(iter(re.findall(r"-(\d{3})(?:-|$)", name)), "")
+        server = "-server" if f"-{branch}-server" in name else ""
         versions = [base, *NEIGHBOURS.get(base, ())]
         out.standins[name] = []
         for up in versions:
             full = _full_version(spec, up)
             out.standins[name].append(full)
-            deps = [d.format(v=full, b=branch) for d in spec.depends]
+            deps = [d.format(v=full, b=branch, s=server) for d in spec.depends]
             out.standin_depends[(name, full)] = deps
             for dep in deps:
                 dep_name = dep.split()[0]
