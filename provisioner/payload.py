@@ -133,6 +133,14 @@ def for_block(sw: Software, block: BlockType, flavour: Flavour) -> Payload | Non
     # linux-modules-* carry the kernel's version and nvlsm its own: not the driver's.
     pinned = tuple(p for p in driver + fabric
                    if p != "nvlsm" and not p.startswith("linux-modules-")) if drv.version else ()
+    # The driver metapackage Depends on its libraries and tools at exactly its own version
+    # (Ubuntu's nvidia-graphics-drivers packaging, which NVIDIA's CUDA repository reuses):
+    # without a pin on them apt picks their newest release and refuses the install. An
+    # apt_preferences(5) glob holds every package of the branch (the lab mirror's
+    # tests/unit/test_lab_mirror.py shows both). linux-modules-* end in the kernel flavour.
+    if pinned and not dgx_os:
+        sfx = "-server" if source == "canonical" else ""
+        pinned += (f"*-{branch}{sfx}", f"*-{branch}{sfx}-open")
     return Payload(source=source, arch=arch, repo_arch="sbsa" if arm else "x86_64",
                    flavour=flavour, driver=driver, pinning=pinning, fabric=fabric,
                    fabric_service=service,
