@@ -195,6 +195,16 @@ class LabProcessView(Out):
     alive: bool | None = None  # filled by `lab status`
 
 
+class LabMirrorView(Out):
+    """The lab's signed apt mirror (lab/mirror.py), as the overlay points the site at it."""
+
+    url: str
+    key_file: str
+    real_debs: int
+    standin_debs: int
+    build_s: float
+
+
 class LabReport(Out):
     schema_: Literal["provisioner.lab/v1"] = Field("provisioner.lab/v1", alias="schema")
     running: bool
@@ -204,6 +214,7 @@ class LabReport(Out):
     endpoints: dict[str, dict[str, Any]] = Field(default_factory=dict)
     ssh_hosts: list[dict[str, Any]] = Field(default_factory=list)
     ssh_tag: str = ""
+    mirror: LabMirrorView | None = None
 
 
 def lab_report(site: str, state: LabState | None, *, with_liveness: bool) -> LabReport:
@@ -215,7 +226,8 @@ def lab_report(site: str, state: LabState | None, *, with_liveness: bool) -> Lab
     running = all(p.alive for p in procs) if with_liveness else True
     return LabReport(running=running, site=state.site, latency_ms=state.latency_ms,
                      processes=procs, endpoints=state.endpoints,
-                     ssh_hosts=[h.to_json() for h in state.ssh_hosts], ssh_tag=state.ssh_tag)
+                     ssh_hosts=[h.to_json() for h in state.ssh_hosts], ssh_tag=state.ssh_tag,
+                     mirror=LabMirrorView(**state.mirror) if state.mirror else None)
 
 
 RESULTS: tuple[type[Out], ...] = (UpReport, UpEvent, RunReport, BmcReport, RenderReport,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import render, runner
+from provisioner import render, results, runner
 from provisioner.inventory import load
 from tests.conftest import EXAMPLE, requires_ssh_hosts
 from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
@@ -84,15 +84,21 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
 
     # the payload installed with real apt from the signed lab mirror (signed-by, no other
     # source): real Debian packages, vendor stand-ins at the site's pinned versions
+    lab = results.lab_report(state.site, state, with_liveness=True)
+    assert lab.running and lab.mirror is not None and lab.mirror.url == state.mirror["url"]
+    assert lab.mirror.real_debs > 10 and lab.mirror.standin_debs > 20
     sources = (dgx / "etc/apt/sources.list").read_text()
     assert f"deb [signed-by=/etc/apt/keyrings/provisioner-mirror.asc] {state.mirror['url']}" \
         in sources
     assert (dgx / "etc/apt/keyrings/provisioner-mirror.asc").read_text() == \
         Path(state.mirror["key_file"]).read_text()
     pkgs = dpkg_status(dgx)
-    for name, version in {"nvidia-driver-570-server-open": "570.124.06-0ubuntu0.22.04.1",
-                          "libnvidia-compute-570-server": "570.124.06-0ubuntu0.22.04.1",
+    # the mirror also holds 570.86.15 and 570.133.20 (and Kubernetes 1.31.3, 1.31.5): the
+    # pins choose, not the archive's newest
+    for name, version in {"nvidia-driver-570-open": "570.124.06-0ubuntu1",
+                          "libnvidia-compute-570": "570.124.06-0ubuntu1",
                           "nvidia-fabricmanager-570": "570.124.06-1",
+                          "libnvidia-nscq-570": "570.124.06-1",
                           "kubeadm": "1.31.4-1.1", "kubelet": "1.31.4-1.1"}.items():
         assert pkgs[name][0].endswith(" ok installed") and pkgs[name][1] == version, \
             (name, pkgs.get(name))
@@ -101,15 +107,16 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     assert (dgx / "usr/bin/containerd").is_file()  # a real Debian package
     assert (dgx / "usr/share/doc/doca-ofed/PROVISIONER-LAB-STAND-IN").is_file()
     assert not (dgx / "usr/bin/nvidia-smi").exists()  # stand-ins ship no binaries
-    assert "nvidia-driver-570-server-open" not in dpkg_status(cp)  # no GPU, no driver
+    assert "datacenter-gpu-manager-4-core" in pkgs
+    assert "nvidia-driver-570-open" not in dpkg_status(cp)  # no GPU, no driver
 
     # what a lab host cannot do (a GPU, a cluster, the kernel, an init system) is skipped by
     # tag: it never runs, and nothing runs in check mode
     ran = {e.task for e in first.events}
     assert not ran & {"Read the driver version every GPU reports", "Health gate - dcgmi diag",
                       "Check every GPU is visible at the pinned driver",
-                      "Initialise the first control plane",
-                      "Start fabric manager and enable it at boot"}
+                      "Initialise the cluster and join the further control planes and "
+                      "workers", "Start fabric manager (or IMEX) and enable it at boot"}
     assert "Install the driver packages (Ubuntu)" in {e.task for e in first.real_changes}
     assert first.simulated == []
     assert "Write the host name for every boot" in ran
