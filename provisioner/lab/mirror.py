@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -31,114 +32,20 @@ from email.utils import formatdate
 from pathlib import Path
 
 from provisioner.errors import ConfigError
+from provisioner.lab.standins import (
+    ARCH,
+    NEIGHBOURS,
+    STANDIN_VERSION,
+    STANDINS,
+    SUITE,
+    build_standin,
+    plan,
+)
 
-SUITE = "bookworm"  # = hosts.ROOTFS_SUITE: the lab hosts' distribution
 COMPONENTS = ("main", "restricted", "universe", "multiverse")  # base_os_mirror_components
-ARCH = "amd64"
 DEBIAN_URL = "http://deb.debian.org/debian"
 DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 KEY_NAME = "provisioner-lab-mirror.asc"
-STANDIN_VERSION = "1"  # bump when stand-in contents change: the cache is rebuilt
-MARKER = ("Stand-in built by the provisioner lab (provisioner/lab/mirror.py): the real "
-          "package's name, version and dependencies, no payload. Not verified in the lab.\n")
-
-
-@dataclass(frozen=True)
-class StandIn:
-    """How a vendor package is packaged: its Debian revision and its Depends (`{v}` is the
-    package's full version, `{b}` the driver branch)."""
-
-    revision: str
-    depends: tuple[str, ...] = ()
-    default_version: str = ""  # when the site pins none
-
-
-# Vendor packaging, from the vendors' own control files and Packages indexes:
-# - Kubernetes: github.com/kubernetes/release, packages/deb control templates (kubeadm
-#   Depends kubelet, kubectl, kubernetes-cni, cri-tools; kubelet Depends iptables,
-#   kubernetes-cni, iproute2, socat, util-linux, mount, ethtool, ebtables, conntrack);
-#   pkgs.k8s.io revisions are "-1.1".
-# - NVIDIA driver: Ubuntu's -server packages (revision 0ubuntu0.<release>.1) and the same
-#   packaging in NVIDIA's CUDA repository (revision 0ubuntu1); in both the driver metapackage
-#   Depends on its libraries and utilities at exactly its own version (= ${binary:Version}
-#   in Ubuntu's nvidia-graphics-drivers control), which is why the role pins them together.
-#   Fabric manager, nscq, IMEX and CUDA packages: revision -1. DCGM 4: epoch 1, 4.5.2-1,
-#   the -cuda<N> package Depends datacenter-gpu-manager-4-core at its version.
-# - nvidia-container-toolkit's debian/control in github.com/NVIDIA/nvidia-container-toolkit
-#   (toolkit-base =, libnvidia-container-tools >=).
-# - DOCA: doca-ofed pulls the RDMA user space (rdma-core, ibverbs-utils, infiniband-diags:
-#   real Debian packages here) and Mellanox's own tools (stand-ins).
-# - Helm: helm.sh's apt repository (packages.buildkite.com/helm-linux/helm-debian).
-_DRIVER_DEPS = ("nvidia-utils-{b}{s} (= {v})", "libnvidia-compute-{b}{s} (= {v})",
-                "nvidia-kernel-common-{b}{s} (= {v})")
-_STANDINS: tuple[tuple[str, StandIn], ...] = (
-    (r"kubeadm", StandIn("-1.1", ("kubelet (>= 1.30.0)", "kubectl (>= 1.30.0)",
-                                  "kubernetes-cni (>= 1.2.0)", "cri-tools (>= 1.30.0)"))),
-    (r"kubelet", StandIn("-1.1", ("iptables (>= 1.4.21)", "kubernetes-cni (>= 1.2.0)",
-                                  "iproute2", "socat", "util-linux", "mount", "ethtool",
-                                  "ebtables", "conntrack"))),
-    (r"kubectl", StandIn("-1.1")),
-    (r"kubernetes-cni", StandIn("-1.1", default_version="1.5.1")),
-    (r"cri-tools", StandIn("-1.1", default_version="1.31.1")),
-    (r"(nvidia-driver|nvidia-headless-no-dkms)-(\d+)-server(-open)?",
-     StandIn("-0ubuntu0.22.04.1", _DRIVER_DEPS, default_version="570.124.06")),
-    (r"nvidia-driver-(\d+)(-open)?",
-     StandIn("-0ubuntu1", _DRIVER_DEPS, default_version="570.124.06")),
-    (r"nvidia-utils-(\d+)-server",
-     StandIn("-0ubuntu0.22.04.1", ("libnvidia-compute-{b}{s} (= {v})",),
-             default_version="570.124.06")),
-    (r"nvidia-utils-(\d+)",
-     StandIn("-0ubuntu1", ("libnvidia-compute-{b}{s} (= {v})",), default_version="570.124.06")),
-    (r"(libnvidia-compute|nvidia-kernel-common)-(\d+)-server",
-     StandIn("-0ubuntu0.22.04.1", default_version="570.124.06")),
-    (r"(libnvidia-compute|nvidia-kernel-common)-(\d+)",
-     StandIn("-0ubuntu1", default_version="570.124.06")),
-    (r"(nvidia-fabricmanager|libnvidia-nscq|nvidia-imex|libnvsdm)(-\d+)?",
-     StandIn("-1", default_version="570.124.06")),
-    (r"linux-modules-nvidia-.*", StandIn("-1")),  # its version is the kernel's: not modelled
-    (r"cuda-toolkit-(\d+)-(\d+)", StandIn("-1", default_version="12.8.0")),
-    (r"datacenter-gpu-manager-4-cuda\d+",
-     StandIn("", ("datacenter-gpu-manager-4-core (= {v})",), default_version="1:4.5.2-1")),
-    (r"datacenter-gpu-manager.*", StandIn("", default_version="1:4.5.2-1")),
-    (r"nvidia-container-toolkit", StandIn("-1", ("nvidia-container-toolkit-base (= {v})",
-                                                 "libnvidia-container-tools (>= {v})"),
-                                          default_version="1.17.4")),
-    (r"nvidia-container-toolkit-base", StandIn("-1", default_version="1.17.4")),
-    (r"libnvidia-container-tools", StandIn("-1", ("libnvidia-container1 (>= {v})",),
-                                           default_version="1.17.4")),
-    (r"libnvidia-container1", StandIn("-1", default_version="1.17.4")),
-    (r"doca-ofed", StandIn("-1", ("mlnx-ofed-kernel-utils", "mlnx-tools", "rdma-core",
-                                  "ibverbs-utils", "infiniband-diags"),
-                           default_version="2.9.1")),
-    (r"mlnx-ofed-kernel-utils", StandIn("-1", default_version="24.10.OFED.24.10.1.1.4.1")),
-    (r"mlnx-tools", StandIn("-1", default_version="24.10.0")),
-    (r"helm", StandIn("-1", default_version="3.17.3")),
-    (r"(nvidia|cuda|libnvidia|doca|mlnx|nvlsm|libnvsdm).*", StandIn("-1")),
-)
-# Real neighbouring releases of pinned versions (for upgrade, downgrade and hold tests):
-# NVIDIA's R570 datacenter driver releases; Kubernetes patch releases of 1.31.
-NEIGHBOURS: dict[str, tuple[str, ...]] = {
-    "570.124.06": ("570.86.15", "570.133.20"),
-    "1.31.4": ("1.31.3", "1.31.5"),
-}
-
-
-def standin_for(name: str) -> StandIn | None:
-    for pattern, spec in _STANDINS:
-        if re.fullmatch(pattern, name):
-            return spec
-    return None
-
-
-@dataclass
-class MirrorPlan:
-    """What the mirror holds: stand-ins (name -> full versions) and real Debian names."""
-
-    standins: dict[str, list[str]] = field(default_factory=dict)
-    standin_depends: dict[tuple[str, str], list[str]] = field(default_factory=dict)
-    real: set[str] = field(default_factory=set)
-
-
 @dataclass
 class MirrorInfo:
     """A built mirror: its directory, the public key, counts and build time."""
@@ -159,70 +66,6 @@ def _run(argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: flo
         raise ConfigError(f"lab mirror: `{' '.join(argv[:3])}` failed: "
                           f"{(proc.stderr or proc.stdout).strip()[-400:]}")
     return proc.stdout
-
-
-def _full_version(spec: StandIn, upstream: str) -> str:
-    return upstream if ":" in upstream and not spec.revision else upstream + spec.revision
-
-
-def plan(wanted: dict[str, str], debian_names: set[str]) -> MirrorPlan:
-    """The closure of `wanted` (name -> pinned upstream version or ""): Debian's packages
-    where Debian has them, stand-ins for the rest, following stand-ins' Depends."""
-    out = MirrorPlan()
-    queue = list(wanted.items())
-    seen: set[str] = set()
-    while queue:
-        name, upstream = queue.pop(0)
-        if name in seen:
-            continue
-        seen.add(name)
-        spec = standin_for(name)
-        if spec is None:
-            if name not in debian_names:
-                raise ConfigError(f"lab mirror: package {name} is neither in Debian {SUITE} "
-                                  "nor a known vendor package",
-                                  hint="add a stand-in to provisioner/lab/mirror.py")
-            out.real.add(name)
-            continue
-        base = upstream or spec.default_version or "1.0"
-        branch = next(iter(re.findall(r"-(\d{3})(?:-|$)", name)), "")
-        server = "-server" if f"-{branch}-server" in name else ""
-        versions = [base, *NEIGHBOURS.get(base, ())]
-        out.standins[name] = []
-        for up in versions:
-            full = _full_version(spec, up)
-            out.standins[name].append(full)
-            deps = [d.format(v=full, b=branch, s=server) for d in spec.depends]
-            out.standin_depends[(name, full)] = deps
-            for dep in deps:
-                dep_name = dep.split()[0]
-                queue.append((dep_name, up if f"(= {full})" in dep else ""))
-    return out
-
-
-def build_standin(cache: Path, name: str, version: str, depends: list[str]) -> Path:
-    """One stand-in .deb (cached by name, version and Depends)."""
-    digest = hashlib.sha256(f"{STANDIN_VERSION}|{name}|{version}|{depends}".encode())
-    deb = cache / f"{name}_{version.replace(':', '%3a')}_{ARCH}_{digest.hexdigest()[:8]}.deb"
-    if deb.exists():
-        return deb
-    work = cache / f".build-{name}-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    doc = work / "usr/share/doc" / name
-    doc.mkdir(parents=True)
-    (doc / "PROVISIONER-LAB-STAND-IN").write_text(MARKER)
-    (work / "DEBIAN").mkdir()
-    control = [f"Package: {name}", f"Version: {version}", f"Architecture: {ARCH}",
-               "Maintainer: provisioner lab <lab@provisioner.invalid>",
-               "Section: misc", "Priority: optional"]
-    if depends:
-        control.append("Depends: " + ", ".join(depends))
-    control.append(f"Description: lab stand-in for {name}\n {MARKER.strip()}")
-    (work / "DEBIAN/control").write_text("\n".join(control) + "\n")
-    _run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(work), str(deb) + ".tmp"])
-    Path(str(deb) + ".tmp").rename(deb)
-    shutil.rmtree(work, ignore_errors=True)
-    return deb
 
 
 class DebianCache:
@@ -255,6 +98,11 @@ class DebianCache:
         if lists and time.time() - min(p.stat().st_mtime for p in lists) < max_age_s:
             return
         _run(["apt-get", *self.opts, "-qq", "update"], timeout=900)
+
+    def stamp(self) -> list[float]:
+        """When the Debian index and the lab hosts' package database last changed."""
+        lists = [p.stat().st_mtime for p in (self.root / "lists").glob("*_Packages*")]
+        return [max(lists, default=0.0), (self.rootfs / "var/lib/dpkg/status").stat().st_mtime]
 
     def names(self) -> set[str]:
         return set(_run(["apt-cache", *self.opts, "pkgnames"]).split())
@@ -325,7 +173,11 @@ def make_key(home: Path) -> tuple[str, str]:
 
 def build(wanted: dict[str, str], out: Path, gnupg_home: Path, cache: Path, rootfs: Path
           ) -> MirrorInfo:
-    """Build the signed repository in `out` (dists/, pool/) for the wanted packages."""
+    """Build the signed repository in `out` (dists/, pool/) for the wanted packages.
+
+    The pool and its index are shared by every lab with the same packages (cached, keyed by
+    the wanted set, this module's package data and the Debian index); each lab only links
+    them in and signs them with its own key."""
     for tool in ("gpg", "dpkg-deb", "dpkg-scanpackages", "apt-get"):
         if shutil.which(tool) is None:
             raise ConfigError(f"lab mirror: {tool} is not installed",
@@ -333,30 +185,60 @@ def build(wanted: dict[str, str], out: Path, gnupg_home: Path, cache: Path, root
     started = time.monotonic()
     debian = DebianCache(cache / f"debian-{SUITE}", rootfs)
     debian.update()
-    p = plan(wanted, debian.names())
-    standin_cache = cache / "standins"
-    standin_cache.mkdir(parents=True, exist_ok=True)
-    pool = out / "pool/main"
+    ident = json.dumps([sorted(wanted.items()), STANDIN_VERSION, repr(STANDINS),
+                        sorted(NEIGHBOURS.items()), debian.stamp()])
+    shared = cache / "repos" / hashlib.sha256(ident.encode()).hexdigest()[:16]
+    if not (shared / "counts.json").exists():
+        _build_pool(shared, wanted, debian, cache / "standins")
+    counts = json.loads((shared / "counts.json").read_text())
     shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(shared, out, copy_function=_link_or_copy)
+    sign(out, gnupg_home)
+    return MirrorInfo(root=out, key_file=out / KEY_NAME, real_debs=counts["real_debs"],
+                      standin_debs=counts["standin_debs"], build_s=time.monotonic() - started,
+                      packages=counts["packages"])
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _build_pool(shared: Path, wanted: dict[str, str], debian: DebianCache,
+                standin_cache: Path) -> None:
+    """pool/main and its unsigned Packages indexes, for `build` to share."""
+    p = plan(wanted, debian.names())
+    standin_cache.mkdir(parents=True, exist_ok=True)
+    tmp = shared.with_name(shared.name + f".partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    pool = tmp / "pool/main"
     pool.mkdir(parents=True)
     standins = [build_standin(standin_cache, name, v, p.standin_depends[(name, v)])
                 for name, versions in sorted(p.standins.items()) for v in versions]
     reals = debian.fetch(p.real)
-    for deb in [*standins, *reals]:
-        dest = pool / (deb.name if deb in reals else deb.name.rsplit("_", 1)[0] + ".deb")
-        try:
-            os.link(deb, dest)
-        except OSError:
-            shutil.copy2(deb, dest)
-    key_file = publish(out, gnupg_home)
-    return MirrorInfo(root=out, key_file=key_file, real_debs=len(reals),
-                      standin_debs=len(standins), build_s=time.monotonic() - started,
-                      packages=sorted(p.standins) + sorted(p.real))
+    for deb in standins:
+        _link_or_copy(str(deb), str(pool / (deb.name.rsplit("_", 1)[0] + ".deb")))
+    for deb in reals:
+        _link_or_copy(str(deb), str(pool / deb.name))
+    index(tmp)
+    (tmp / "counts.json").write_text(json.dumps(
+        {"real_debs": len(reals), "standin_debs": len(standins),
+         "packages": sorted(p.standins) + sorted(p.real)}))
+    shutil.rmtree(shared, ignore_errors=True)
+    tmp.rename(shared)
 
 
 def publish(out: Path, gnupg_home: Path) -> Path:
-    """Index `out`/pool/main (Packages, Release) and sign it with a new lab key (InRelease,
-    Release.gpg): returns the armored public key that apt's signed-by names."""
+    """Index `out`/pool/main and sign it with a new lab key: returns the armored public key
+    that apt's signed-by names."""
+    index(out)
+    return sign(out, gnupg_home)
+
+
+def index(out: Path) -> None:
+    """The Packages indexes of `out`/pool/main (every component present, only main used)."""
     dist = out / "dists" / SUITE
     for comp in COMPONENTS:
         (dist / comp / f"binary-{ARCH}").mkdir(parents=True, exist_ok=True)
@@ -367,6 +249,12 @@ def publish(out: Path, gnupg_home: Path) -> Path:
         (bdir / "Packages").write_text(text)
         with gzip.open(bdir / "Packages.gz", "wt") as fh:
             fh.write(text)
+
+
+def sign(out: Path, gnupg_home: Path) -> Path:
+    """Release (hashes of the indexes), signed with a key made for this lab in its own
+    GNUPGHOME (InRelease, Release.gpg); the public key beside it."""
+    dist = out / "dists" / SUITE
     (dist / "Release").write_text(_release(dist))
     fpr, public = make_key(gnupg_home)
     _run([*_gpg(gnupg_home), "--local-user", fpr, "--clearsign", "--digest-algo", "SHA256",

@@ -19,7 +19,7 @@ import yaml
 from provisioner import render
 from provisioner.errors import ConfigError
 from provisioner.inventory import load
-from provisioner.lab import mirror
+from provisioner.lab import mirror, standins
 from tests.conftest import EXAMPLE, ROOT, requires_peer
 
 DRIVER = "570.124.06"
@@ -32,7 +32,7 @@ requires_apt_tools = requires_peer(
 def test_plan_follows_depends_with_stand_ins_and_real_debian_packages():
     debian = {"chrony", "iptables", "iproute2", "socat", "util-linux", "mount", "ethtool",
               "ebtables", "conntrack", "rdma-core", "ibverbs-utils", "infiniband-diags"}
-    p = mirror.plan({"nvidia-driver-570-server-open": DRIVER, "chrony": "",
+    p = standins.plan({"nvidia-driver-570-server-open": DRIVER, "chrony": "",
                      "kubeadm": "1.31.4", "doca-ofed": "2.9.1"}, debian)
     # the driver's dependencies at exactly its version, for each release kept
     assert p.standins["nvidia-driver-570-server-open"] == [
@@ -47,7 +47,7 @@ def test_plan_follows_depends_with_stand_ins_and_real_debian_packages():
 
 def test_a_package_neither_debian_nor_vendor_is_refused():
     with pytest.raises(ConfigError, match="nosuchpkg is neither in Debian"):
-        mirror.plan({"nosuchpkg": ""}, {"chrony"})
+        standins.plan({"nosuchpkg": ""}, {"chrony"})
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +63,12 @@ def _driver_repo(tmp: Path, dgx_vars: dict[str, Any]) -> Path:
     their Depends, three releases each), stand-ins only."""
     wanted = dict.fromkeys(dgx_vars["nvidia_driver_packages"]
                            + dgx_vars["fabric_manager_packages"], DRIVER)
-    p = mirror.plan(wanted, set())
+    p = standins.plan(wanted, set())
     pool = tmp / "repo/pool/main"
     pool.mkdir(parents=True)
     for name, versions in p.standins.items():
         for v in versions:
-            deb = mirror.build_standin(tmp / "cache", name, v, p.standin_depends[(name, v)])
+            deb = standins.build_standin(tmp / "cache", name, v, p.standin_depends[(name, v)])
             shutil.copy(deb, pool / f"{name}_{v}.deb")
     return mirror.publish(tmp / "repo", tmp / "gnupg")
 
