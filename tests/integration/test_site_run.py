@@ -124,9 +124,14 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     assert {"Write the RoCE QoS settings", "Configure containerd (systemd cgroups, NVIDIA "
             "runtime on GPU nodes)", "Kernel parameters for GPU and RDMA hosts"} <= real
 
+    chrony = {h.name: (Path(h.upper) / "etc/chrony/chrony.conf").read_text()
+              for h in state.ssh_hosts}
     second = run_site(site)
     assert second.ok
-    assert second.real_changes == [], [f"{e.host} | {e.task}" for e in second.real_changes]
+    assert second.real_changes == [], [
+        (e.host, e.task, e.message, chrony[e.host],
+         (upper(state, e.host) / "etc/chrony/chrony.conf").read_text())
+        for e in second.real_changes]
     assert second.simulated == []
 
 
