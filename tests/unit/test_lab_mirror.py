@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from provisioner import render
-from provisioner.errors import ConfigError
+from provisioner.errors import ConfigError, RenderError
 from provisioner.inventory import load
 from provisioner.lab import mirror, standins
 from tests.conftest import EXAMPLE, ROOT, requires_peer
@@ -136,3 +136,31 @@ def test_apt_refuses_the_mirror_with_another_key_or_a_changed_index(tmp_path, dg
     assert changed.returncode != 0 or "E:" in changed.stderr or "W:" in changed.stderr
     assert "Hash Sum mismatch" in changed.stderr or "File has unexpected size" in \
         changed.stderr, changed.stderr
+
+
+def _mirrored_site(tmp_path: Path, key: str) -> Path:
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    text = (site / "site.yaml").read_text()
+    (site / "site.yaml").write_text(text.replace(
+        "software:\n", f"software:\n  mirror: http://10.0.0.5/ubuntu\n  mirror_key: {key}\n", 1))
+    return site
+
+
+def test_the_mirror_key_is_rendered_as_signed_by_and_must_exist(tmp_path):
+    site = _mirrored_site(tmp_path, "keys/mirror.asc")
+    with pytest.raises(RenderError, match=r"software.mirror_key: .*keys/mirror.asc is not a file"):
+        render.render(load(site), tmp_path / "out")
+    (site / "keys").mkdir()
+    (site / "keys/mirror.asc").write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\n")
+    out = render.render(load(site), tmp_path / "out").out
+    group = yaml.safe_load((out / "inventory/group_vars/all.yml").read_text())
+    assert group["base_os_mirror"] == "http://10.0.0.5/ubuntu"
+    assert group["base_os_mirror_key"] == str((site / "keys/mirror.asc").resolve())
+    line = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False).from_string(
+        (ROOT / "roles/base_os/templates/sources.list.j2").read_text()).render(
+        base_os_mirror=group["base_os_mirror"], base_os_mirror_key=group["base_os_mirror_key"],
+        base_os_mirror_keyring="/etc/apt/keyrings/provisioner-mirror.asc",
+        base_os_mirror_suites="jammy", base_os_mirror_components="main")
+    assert "deb [signed-by=/etc/apt/keyrings/provisioner-mirror.asc] http://10.0.0.5/ubuntu " \
+        "jammy main" in line
