@@ -76,7 +76,8 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     assert not ran & {"Read the driver version every GPU reports", "Health gate - dcgmi diag",
                       "Check every GPU is visible at the pinned driver",
                       "Initialise the first control plane", "Install the driver packages "
-                      "(Ubuntu)", "Start fabric manager and enable it at boot"}
+                      "(Ubuntu)", "Start fabric manager (or IMEX) and enable it at boot",
+                      "Check fabric manager (or IMEX) is active before the diagnostic"}
     assert first.simulated == []
     assert "Write the host name for every boot" in ran
     real = {e.task for e in first.real_changes}
