@@ -115,8 +115,9 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     ran = {e.task for e in first.events}
     assert not ran & {"Read the driver version every GPU reports", "Health gate - dcgmi diag",
                       "Check every GPU is visible at the pinned driver",
-                      "Initialise the cluster and join the further control planes and "
-                      "workers", "Start fabric manager (or IMEX) and enable it at boot",
+                      "Initialise the first control plane",
+                      "Initialise the cluster and join the further control planes and workers",
+                      "Start fabric manager (or IMEX) and enable it at boot",
                       "Check fabric manager (or IMEX) is active before the diagnostic"}
     assert "Install the driver packages (Ubuntu)" in {e.task for e in first.real_changes}
     assert first.simulated == []
