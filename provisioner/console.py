@@ -221,6 +221,11 @@ class Console:
         if state.ssh_hosts:
             self.out.print("SSH test hosts: " + ", ".join(
                 f"{h.name} {h.address}" for h in state.ssh_hosts))
+        if state.mirror:
+            m = state.mirror
+            self.out.print(f"signed apt mirror: {m['url']} ({m['real_debs']} Debian "
+                           f"packages, {m['standin_debs']} stand-ins; built in "
+                           f"{m['build_s']:g} s; key {m['key_file']})")
         if state.switches:
             self.out.print("switch stand-ins (FRR vtysh over SSH, IOS-style dialect): "
                            + ", ".join(f"{s.name} 127.0.0.1:{s.port}" for s in state.switches))

@@ -8,11 +8,13 @@ lab host cannot do, by tag (one rule; `skipped_tasks` counts them for the output
 - needs_gpu      reads or drives a GPU (nvidia-smi, DCGM, fabric manager on NVSwitch)
 - needs_cluster  needs a Kubernetes API server (kubeadm init/join, kubectl, helm)
 - needs_kernel   loads kernel modules, applies sysctls, rebuilds the initramfs, reboots
-- needs_mirror   installs from NVIDIA's, Mellanox's or Kubernetes' package repositories
 - needs_init     starts or restarts a systemd service
 
-needs_mirror and needs_init stand for what the lab does not have yet (a signed package
-mirror, hosts with systemd as PID 1); they go when the lab gains them.
+Package installs are not skipped: the lab serves a signed apt mirror (lab/mirror.py) that
+the roles install from for real. Their tag, needs_mirror (needs a package source: the
+site's mirror or the vendors' repositories), is skipped only where there is none (the
+roles' Molecule scenarios). needs_init stands for what the lab does not have yet (hosts
+with systemd as PID 1); it goes when the lab gains it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from provisioner import statedir
 from provisioner.inventory.loader import LoadedSite
 
 LAB_SKIP_TAGS: tuple[str, ...] = ("needs_gpu", "needs_cluster", "needs_kernel",
-                                  "needs_mirror", "needs_init")
+                                  "needs_init")
 LAB_OS_TIMEOUT_S = 60.0  # a lab host's sshd is up in seconds; a real install takes longer
 
 

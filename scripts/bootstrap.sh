@@ -11,9 +11,10 @@ cd "$(dirname "$0")/.."
 # headless chromium and a font to test `provision report` as a browser shows it; FRRouting,
 # whose vtysh is the real router CLI the switch tests push to; xorriso writes the ISO images
 # the network-boot test serves with `pxe serve --iso`; ipxe holds the iPXE loaders that
-# `pxe serve` offers over TFTP).
+# `pxe serve` offers over TFTP; gnupg, dpkg-dev and Debian's archive keyring build, index
+# and sign the lab's apt mirror).
 APT_PACKAGES=(python3-venv openipmi ipmitool iproute2 debootstrap openssh-client util-linux
-  dnsmasq-base chromium fonts-dejavu-core frr xorriso ipxe)
+  dnsmasq-base chromium fonts-dejavu-core frr xorriso ipxe gnupg dpkg-dev debian-archive-keyring)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -295,7 +295,16 @@ def _kubernetes(loaded: LoadedSite, emit: Emit) -> None:
         emit("no-control-plane", ("software", "kubernetes"),
              "Kubernetes is planned but no node has the control-plane role",
              "give one or three nodes roles: [control-plane]", at_key=True)
-    elif control % 2 == 0:
+    if control > 1 and k8s.vip is None and not k8s.load_balancer:
+        # kubeadm HA: further control planes join through controlPlaneEndpoint; pointing it
+        # at one control plane makes that node a single point of failure.
+        emit("kubernetes-no-endpoint", ("software", "kubernetes"),
+             f"{control} control planes but no stable API endpoint",
+             "set kubernetes.vip (kube-vip serves it) or kubernetes.load_balancer",
+             at_key=True)
+    if k8s.vip is not None:
+        _vip(loaded, k8s.vip, emit)
+    if control % 2 == 0 and control:
         emit("even-control-plane", ("software", "kubernetes"),
              f"{control} control-plane nodes: etcd needs an odd number for a useful quorum",
              "use 1, 3 or 5", severity=Severity.WARNING, at_key=True)
@@ -304,6 +313,23 @@ def _kubernetes(loaded: LoadedSite, emit: Emit) -> None:
             if cidr.overlaps(net.cidr):
                 emit("network-overlap", ("software", "kubernetes", name),
                      f"Kubernetes {name} {cidr} overlaps network {net.name} {net.cidr}")
+
+
+def _vip(loaded: LoadedSite, vip: IPv4Address, emit: Emit) -> None:
+    """kube-vip announces the VIP by ARP on the control planes' management segment: it must
+    lie in the management network and belong to no node."""
+    path: KeyPath = ("software", "kubernetes", "vip")
+    mgmt = [n for n in loaded.site.networks if n.kind is NetworkKind.MANAGEMENT]
+    if mgmt and not any(vip in n.cidr for n in mgmt):
+        emit("vip-outside-management", path,
+             f"kubernetes.vip {vip} is outside the management network "
+             f"{', '.join(str(n.cidr) for n in mgmt)}",
+             "pick a free address of the management network (kube-vip announces it by ARP)")
+    for p in loaded.site.placements:
+        for node in p.nodes:
+            if vip in node.addresses.values():
+                emit("vip-taken", path, f"kubernetes.vip {vip} is {node.hostname}'s address",
+                     "pick an address no node uses")
 
 
 # ---------------------------------------------------------------- budgets

@@ -8,6 +8,7 @@ Audit of the models' free-text fields (what each one reaches, and why it is safe
     Gpus.model             the nvidia.com/gpu.product label value and group names
     Software.mirror        a line of apt's sources.list: an http(s) or file URL, no spaces
     Ssh.private_key_file   ansible_ssh_private_key_file (ssh -i): a plain path
+    Software.mirror_key    the source of the role's key copy: a plain path
     Bmc.address            the host part of the Redfish URL and ipmitool/pyghmi targets:
                            a host name or an IP address, nothing that moves the request
                            ("/", "@", "?") elsewhere

@@ -356,6 +356,11 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path
         creds.update(data["credentials"])
     if isinstance(site, dict) and isinstance(data.get("ssh"), dict):
         site["ssh"] = {**(site.get("ssh") or {}), **data["ssh"]}
+    software = merged.get("software")
+    if isinstance(data.get("software"), dict) and isinstance(software, dict):
+        # the lab's signed mirror, set exactly as an air-gapped site sets its own
+        software.update({k: v for k, v in data["software"].items()
+                         if k in ("mirror", "mirror_key")})
     _overlay_execution(merged, data.get("execution"))
     endpoints: dict[str, Any] = data["bmc"]
     switches: dict[str, Any] = (data["switches"] if isinstance(data.get("switches"), dict)

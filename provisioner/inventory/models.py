@@ -231,6 +231,10 @@ class Placement(Model):
     rack: Name = Field(description="name of the rack")
     u: int = Field(ge=1, le=60, description="lowest rack unit the chassis occupies")
     block: Name = Field(description="block type, from `provision catalog` or the site catalog")
+    # Multi-node NVLink (IMEX) systems: the chassis sharing one NVLink domain (an NVL72 rack
+    # is one). Default: the rack. nvidia-imex's nodes_config.cfg lists the domain's nodes.
+    nvlink_domain: Name | None = Field(default=None,
+                                       description="NVLink domain (IMEX systems; default: rack)")
     nodes: tuple[Node, ...] = Field(min_length=1,
                                     description="the node(s) in the chassis, at most its "
                                     "nodes_per_chassis")

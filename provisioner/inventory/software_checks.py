@@ -15,6 +15,11 @@ from provisioner.inventory.models import OPEN_ONLY_ARCHS, PROPRIETARY_ONLY_ARCHS
 
 Emit = Callable[..., None]
 
+# software.os values the schema knows but the roles cannot install: every package task is
+# apt (container_runtime, kubernetes, roce_host, dcgm, fabric_manager).
+UNSUPPORTED_OS = {"rhel-9": "the roles install with apt only (no dnf path for containerd, "
+                            "Kubernetes, DOCA, DCGM or fabric manager)"}
+
 
 def _gpu_blocks(loaded: LoadedSite) -> Iterator[tuple[int, str]]:
     for i, p in enumerate(loaded.site.placements):
@@ -74,9 +79,16 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
         emit("fabric-manager-missing", ("software", "fabric_manager", "enabled"),
              f"{', '.join(nvswitch)} have NVSwitch and need nvidia-fabricmanager, "
              "which the plan disables", "set fabric_manager.enabled: auto")
+    if sw.os in UNSUPPORTED_OS:
+        emit("os-unsupported", ("software", "os"),
+             f"the roles cannot install {sw.os}: {UNSUPPORTED_OS[sw.os]}",
+             "use ubuntu-22.04, ubuntu-24.04, dgx-os-6 or dgx-os-7")
     if sw.mirror is not None and not sw.mirror.startswith(("http://", "https://", "file://")):
         emit("bad-mirror", ("software", "mirror"), f"mirror '{sw.mirror}' is not a URL",
              "write http://mirror.example/ubuntu or file:///srv/mirror")
+    if sw.mirror_key is not None and sw.mirror is None:
+        emit("mirror-key-without-mirror", ("software", "mirror_key"),
+             "mirror_key is set but no mirror is", "set software.mirror, or drop mirror_key")
 
 
 def _cuda(loaded: LoadedSite, emit: Emit, cuda: str, branch: str, version: str | None) -> None:

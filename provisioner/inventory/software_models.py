@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
 
-from provisioner.inventory.fields import IPv4Net, KubeVersion, MirrorUrl, Model
+from provisioner.inventory.fields import IPv4Addr, IPv4Net, KubeVersion, LocalPath, MirrorUrl, Model
 
 VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}$")
 
@@ -48,6 +48,11 @@ class NvidiaDriver(Model):
                                       "description": "driver branch, such as '570'"})]
     version: Version | None = None
     kernel_modules: Literal["auto", "open", "proprietary"] = "auto"
+    # One driver source per site: NVIDIA's CUDA repository (with its pinning package) or
+    # Canonical's signed precompiled modules from the Ubuntu archive (Secure Boot hosts).
+    source: Literal["nvidia", "canonical"] = Field(
+        default="nvidia", description="nvidia (CUDA repository) or canonical (signed "
+        "precompiled modules from the Ubuntu archive, for Secure Boot)")
 
     @model_validator(mode="after")
     def _version_in_branch(self) -> NvidiaDriver:
@@ -64,11 +69,37 @@ class FabricManager(Model):
 
 class Kubernetes(Model):
     version: KubeVersion = Field(description="Kubernetes version, such as '1.31.4'")
+    # A stable API endpoint for an HA control plane: a VIP kube-vip serves on the control
+    # planes, or the site's own load balancer (host[:port]). Neither: the first control plane.
+    vip: IPv4Addr | None = Field(default=None,
+                                 description="control-plane VIP, served by kube-vip")
+    load_balancer: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?$",
+                                        max_length=253)] | None = Field(
+        default=None, description="the site's API load balancer, host[:port]")
     cni: Literal["calico", "cilium", "flannel"] = "calico"
     pod_cidr: IPv4Net = Field(default=IPv4Network("10.244.0.0/16"),
                               description="pod network")
     service_cidr: IPv4Net = Field(default=IPv4Network("10.96.0.0/12"),
                                   description="service network")
+
+    @model_validator(mode="after")
+    def _one_endpoint(self) -> Kubernetes:
+        if self.vip is not None and self.load_balancer is not None:
+            raise ValueError("set vip (kube-vip) or load_balancer, not both")
+        return self
+
+
+class Sources(Model):
+    """Where the roles fetch from besides apt: an air-gapped site sets every one."""
+
+    registry_mirror: MirrorUrl | None = Field(
+        default=None, description="container registry mirror for containerd (all registries)")
+    helm_repo: MirrorUrl | None = Field(default=None, description="Helm chart repository")
+    manifests: MirrorUrl | None = Field(
+        default=None, description="base URL holding the CNI manifests (calico.yaml, ...)")
+    ntp_servers: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9]([A-Za-z0-9.:-]*[A-Za-z0-9])?$",
+                                            max_length=253)], ...] = Field(
+        default=(), description="NTP servers (default: the distribution's pool)")
 
 
 class Dcgm(Model):
@@ -108,3 +139,7 @@ class Software(Model):
     kubernetes: Kubernetes | None = None
     roce: Roce = Roce()
     mirror: MirrorUrl | None = Field(default=None, description="local package mirror (air-gapped)")
+    mirror_key: LocalPath | None = Field(
+        default=None, description="the mirror's signing key (armored .asc or binary .gpg, "
+        "relative to the site directory): apt verifies the mirror through signed-by")
+    sources: Sources = Sources()

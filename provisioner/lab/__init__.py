@@ -33,13 +33,14 @@ from typing import Any
 
 import yaml
 
-from provisioner import statedir
+from provisioner import render, statedir
 from provisioner.errors import ConfigError
 from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import BmcProtocol, NetworkKind, Node
 from provisioner.lab import execution as execution_mod
 from provisioner.lab import hosts as hosts_mod
+from provisioner.lab import mirror as mirror_mod
 from provisioner.lab import procs
 from provisioner.lab import switch as switch_mod
 from provisioner.lab.procs import LOOPBACK
@@ -84,6 +85,7 @@ class LabState:
     notes: list[str] = field(default_factory=list)
     # provisioning.execution's nodes, as lab hosts (lab/execution.py)
     execution_hosts: list[hosts_mod.SshHost] = field(default_factory=list)
+    mirror: dict[str, Any] = field(default_factory=dict)  # url, key_file, counts, build_s
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,7 +100,8 @@ class LabState:
                    switches=[switch_mod.LabSwitch(**s) for s in data.get("switches", [])],
                    notes=data.get("notes", []),
                    execution_hosts=[hosts_mod.SshHost(**h)
-                                    for h in data.get("execution_hosts", [])])
+                                    for h in data.get("execution_hosts", [])],
+                   mirror=data.get("mirror", {}))
 
 
 def _record(state: LabState, role: str, proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -242,9 +245,24 @@ def _start_ssh_hosts(loaded: LoadedSite, lab: Path, state: LabState,
                      rootfs_cache: Path | None, timeout_s: float) -> None:
     plan, network, gateway = ssh_plan(loaded)
     rootfs = hosts_mod.ensure_rootfs(rootfs_cache)
+    info = mirror_mod.build(mirror_mod.wanted(render.artifacts(loaded)), lab / "mirror/repo",
+                            lab / "mirror/gnupg", (rootfs_cache or hosts_mod.default_cache())
+                            / "mirror", rootfs)
     state.ssh_tag = hashlib.sha1(str(lab).encode()).hexdigest()[:8]  # noqa: S324 - a name
     state.ssh_hosts = hosts_mod.up(plan, network, gateway, lab / "ssh", rootfs,
                                    state.ssh_tag, timeout_s)
+    # served on the management network's gateway, where the hosts' default route goes
+    with socket.socket() as s:
+        s.bind((str(gateway), 0))
+        port = int(s.getsockname()[1])
+    log = lab / "mirror/http.log"
+    proc = procs.spawn(mirror_mod.serve_argv(info.root, str(gateway), port), log)
+    _record(state, "mirror", proc, log)
+    procs.wait_until(lambda: procs.tcp_open(port, str(gateway)), timeout_s, proc,
+                     "the lab mirror", f"{gateway}:{port}", f"see {log}")
+    state.mirror = {"url": f"http://{gateway}:{port}/", "key_file": str(info.key_file),
+                    "real_debs": info.real_debs, "standin_debs": info.standin_debs,
+                    "build_s": round(info.build_s, 1)}
     state.execution_hosts = execution_mod.start(loaded, lab, state.ssh_tag, rootfs, timeout_s,
                                                 {h.address for h in state.ssh_hosts})
 
@@ -349,6 +367,9 @@ def _write_overlay(loaded: LoadedSite, state: LabState, pw_file: Path) -> None:
     if state.ssh_hosts:
         doc["ssh"] = {"user": "root",
                       "private_key_file": str(lab_dir(loaded) / "ssh" / "id_ed25519")}
+    if state.mirror:
+        doc["software"] = {"mirror": state.mirror["url"],
+                           "mirror_key": state.mirror["key_file"]}
     doc |= execution_mod.overlay(lab_dir(loaded), state.execution_hosts)
     overlay_path.parent.mkdir(parents=True, exist_ok=True)
     overlay_path.write_text("# Written by `provision lab up`; removed by `provision lab down`.\n"

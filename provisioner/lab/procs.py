@@ -44,9 +44,9 @@ def wait_until(ready: Callable[[], bool], timeout_s: float, proc: subprocess.Pop
     raise ConfigError(f"lab: {what} did not answer on {where} in {timeout_s:g} s")
 
 
-def tcp_open(port: int) -> bool:
+def tcp_open(port: int, host: str = LOOPBACK) -> bool:
     try:
-        socket.create_connection((LOOPBACK, port), 0.2).close()
+        socket.create_connection((host, port), 0.2).close()
         return True
     except OSError:
         return False

@@ -17,7 +17,8 @@ from typing import Any
 import jinja2
 import yaml
 
-from provisioner import __version__, resources
+from provisioner import __version__, resources, sources
+from provisioner import payload as payload_mod
 from provisioner import roce as roce_mod
 from provisioner.errors import RenderError
 from provisioner.inventory.loader import LoadedSite
@@ -87,6 +88,9 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
                                  for n in site.networks},
         "provisioner_mirror": sw.mirror or "",
         "base_os_mirror": sw.mirror or "",
+        # the key's source on the controller; the role copies it and names it in signed-by
+        "base_os_mirror_key": (str(loaded.base_dir.resolve() / sw.mirror_key)
+                               if sw.mirror_key else ""),
         "dcgm_diag_level": sw.dcgm.diag_level,
         "roce_host_interfaces": list(roce.interfaces),
         # the same contract renders the switch side (provisioner/roce.py, fabric/)
@@ -111,6 +115,10 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
         data |= {"kubernetes_version": k.version, "kubernetes_cni": k.cni,
                  "kubernetes_pod_cidr": str(k.pod_cidr),
                  "kubernetes_service_cidr": str(k.service_cidr)}
+    if data["base_os_mirror_key"] and not Path(data["base_os_mirror_key"]).is_file():
+        raise RenderError(f"software.mirror_key: {data['base_os_mirror_key']} is not a file")
+    data |= sources.site_vars(sw)
+    data |= _kubernetes_vars(loaded)
     for key, value in data.items():
         if isinstance(value, str) and not SAFE_VALUE_RE.match(value):
             raise RenderError(f"refusing to render {key}={value!r}: unexpected characters")
@@ -150,8 +158,71 @@ def _host_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
     }
     if gpu is not None:
         data["nvidia_driver_kernel_modules"] = kernel_modules_for(loaded, block)
+        data |= _payload_vars(loaded, h)
+    if h.is_server:
+        sw = loaded.site.software
+        p = payload_for(loaded, h)
+        data |= sources.host_repo_vars(sw, p.arch if p else "amd64",
+                                       p.repo_arch if p else "x86_64",
+                                       payload_mod.cuda_repo_distro(sw.os))
     if mgmt is not None:
         data["ansible_host"] = mgmt
+    return data
+
+
+def _kubernetes_vars(loaded: LoadedSite) -> dict[str, Any]:
+    """The stable API endpoint: the VIP (kube-vip), the site's load balancer, or else the
+    first control plane (a single control plane only; validate warns for HA without one)."""
+    k = loaded.site.software.kubernetes
+    if k is None:
+        return {}
+    cps = [h for h in host_plans(loaded) if Role.CONTROL_PLANE in h.roles]
+    first = ansible_host(cps[0].node) if cps else None
+    if k.vip is not None:
+        endpoint = f"{k.vip}:6443"
+    elif k.load_balancer:
+        endpoint = k.load_balancer if ":" in k.load_balancer else f"{k.load_balancer}:6443"
+    else:
+        endpoint = f"{first}:6443" if first else ""
+    return {"kubernetes_control_plane_endpoint": endpoint,
+            "kubernetes_vip": str(k.vip) if k.vip is not None else ""}
+
+
+def payload_for(loaded: LoadedSite, h: HostPlan) -> payload_mod.Payload | None:
+    flavour = kernel_modules_for(loaded, h.block)
+    return payload_mod.for_block(loaded.site.software, h.block,
+                                 "open" if flavour == "open" else "proprietary")
+
+
+def imex_peers(loaded: LoadedSite, h: HostPlan) -> list[str]:
+    """Management addresses of the IMEX nodes in h's NVLink domain (default: its rack)."""
+    domain = h.placement.nvlink_domain or h.placement.rack
+    peers = [ansible_host(o.node) for o in host_plans(loaded)
+             if o.block.imex and (o.placement.nvlink_domain or o.placement.rack) == domain]
+    return [p for p in peers if p is not None]
+
+
+def _payload_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
+    """The package lists the roles install: written here, never computed in a role."""
+    p = payload_for(loaded, h)
+    if p is None:
+        return {}
+    sw = loaded.site.software
+    data: dict[str, Any] = {
+        "provisioner_apt_arch": p.arch,
+        "provisioner_repo_arch": p.repo_arch,
+        "nvidia_driver_source": p.source,
+        "nvidia_driver_packages": list(p.driver),
+        "nvidia_driver_pinning_packages": list(p.pinning),
+        "nvidia_driver_pinned_packages": list(p.pinned_at_driver),
+        "fabric_manager_packages": list(p.fabric),
+        "fabric_manager_service": p.fabric_service,
+        "dcgm_packages": list(p.dcgm),
+        "cuda_toolkit_packages": list(p.cuda),
+        "cuda_toolkit_repo_distro": payload_mod.cuda_repo_distro(sw.os),
+    }
+    if h.block.imex:
+        data["fabric_manager_imex_peers"] = imex_peers(loaded, h)
     return data
 
 
@@ -234,72 +305,4 @@ def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
     return result
 
 
-def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
-    """Every package, chart, image and file the rendered roles fetch, for an offline mirror.
-
-    Mirrors the package names the roles compute in their vars/ files (roles/*/vars/main.yml);
-    tests/unit/test_render.py keeps the two in step.
-    """
-    sw = loaded.site.software
-    hosts = host_plans(loaded)
-    servers = [h for h in hosts if h.is_server]
-    gpu = [h for h in servers if h.block.gpu is not None]
-    items: list[dict[str, str]] = []
-
-    def add(kind: str, name: str, version: str, role: str, for_hosts: list[HostPlan]) -> None:
-        names = sorted({h.node.hostname for h in for_hosts})
-        if names:
-            items.append({"kind": kind, "name": name, "version": version, "role": role,
-                          "hosts": ",".join(names)})
-
-    add("package", "chrony", "", "base_os", servers)
-    drv = sw.nvidia_driver
-    if drv and gpu and not sw.os.startswith("dgx-os"):
-        pin = drv.version or ""
-        for flavour in sorted({kernel_modules_for(loaded, h.block) for h in gpu}):
-            users = [h for h in gpu if kernel_modules_for(loaded, h.block) == flavour]
-            suffix = "-open" if flavour == "open" else ""
-            add("package", f"nvidia-driver-{drv.branch}-server{suffix}", pin, "nvidia_driver",
-                users)
-        add("package", f"nvidia-utils-{drv.branch}-server", pin, "nvidia_driver", gpu)
-    if sw.cuda and gpu:
-        major_minor = "-".join(sw.cuda.split(".")[:2])
-        add("repository", "NVIDIA CUDA repository (developer.download.nvidia.com/compute/cuda)",
-            sw.os, "cuda_toolkit", gpu)
-        add("package", f"cuda-toolkit-{major_minor}", sw.cuda, "cuda_toolkit", gpu)
-    if gpu:
-        add("package", "datacenter-gpu-manager", sw.dcgm.version or "", "dcgm", gpu)
-    if drv:
-        nvs = [h for h in servers if h.block.nvswitch and not h.block.imex]
-        imex = [h for h in servers if h.block.imex]
-        fm = sw.fabric_manager.version or drv.version or ""
-        add("package", f"nvidia-fabricmanager-{drv.branch}", fm, "fabric_manager", nvs)
-        add("package", f"nvidia-imex-{drv.branch}", "", "fabric_manager", imex)
-    roce = [h for h in servers if has_roce(loaded, h.node)]
-    if sw.doca:
-        add("repository", "DOCA repository (linux.mellanox.com/public/repo/doca)", sw.doca,
-            "roce_host", roce)
-    add("package", "doca-ofed", sw.doca or "", "roce_host", roce)
-    k8s = [h for h in servers if {Role.CONTROL_PLANE, Role.WORKER} & set(h.roles)]
-    if sw.kubernetes and k8s:
-        add("package", "containerd", "", "container_runtime", k8s)
-        add("repository", "NVIDIA Container Toolkit repository (nvidia.github.io/"
-            "libnvidia-container)", "stable", "container_runtime",
-            [h for h in k8s if h.block.gpu is not None])
-        minor = ".".join(sw.kubernetes.version.split(".")[:2])
-        add("repository", f"Kubernetes repository (pkgs.k8s.io/core:/stable:/v{minor})", minor,
-            "kubernetes", k8s)
-        add("package", "nvidia-container-toolkit", "", "container_runtime",
-            [h for h in k8s if h.block.gpu is not None])
-        for pkg in ("kubeadm", "kubelet", "kubectl"):
-            add("package", pkg, sw.kubernetes.version, "kubernetes", k8s)
-        add("image", "registry.k8s.io/pause", "3.10", "container_runtime", k8s)
-        add("image-set", "kubeadm control-plane images (kubeadm config images list)",
-            f"v{sw.kubernetes.version}", "kubernetes", k8s)
-        add("file", f"{sw.kubernetes.cni} CNI manifest (kubernetes_cni_manifest_url)", "",
-            "kubernetes", k8s)
-        if gpu:
-            add("helm-chart", "nvidia/gpu-operator", "v25.3.0", "kubernetes", k8s)
-        if roce:
-            add("helm-chart", "nvidia/network-operator", "", "kubernetes", k8s)
-    return items
+from provisioner.render.artifacts import artifacts  # noqa: E402 - re-export

@@ -195,6 +195,16 @@ class LabProcessView(Out):
     alive: bool | None = None  # filled by `lab status`
 
 
+class LabMirrorView(Out):
+    """The lab's signed apt mirror (lab/mirror.py), as the overlay points the site at it."""
+
+    url: str
+    key_file: str
+    real_debs: int
+    standin_debs: int
+    build_s: float
+
+
 class LabReport(Out):
     schema_: Literal["provisioner.lab/v1"] = Field("provisioner.lab/v1", alias="schema")
     running: bool
@@ -207,6 +217,7 @@ class LabReport(Out):
     # switch stand-ins (lab/switch.py): name, netns, SSH port on 127.0.0.1, pids
     switches: list[dict[str, Any]] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)  # what the lab could not start, and why
+    mirror: LabMirrorView | None = None
 
 
 def lab_report(site: str, state: LabState | None, *, with_liveness: bool) -> LabReport:
@@ -219,7 +230,8 @@ def lab_report(site: str, state: LabState | None, *, with_liveness: bool) -> Lab
     return LabReport(running=running, site=state.site, latency_ms=state.latency_ms,
                      processes=procs, endpoints=state.endpoints,
                      ssh_hosts=[h.to_json() for h in state.ssh_hosts], ssh_tag=state.ssh_tag,
-                     switches=[s.to_json() for s in state.switches], notes=state.notes)
+                     switches=[s.to_json() for s in state.switches], notes=state.notes,
+                     mirror=LabMirrorView(**state.mirror) if state.mirror else None)
 
 
 RESULTS: tuple[type[Out], ...] = (UpReport, UpEvent, RunReport, BmcReport, RenderReport,

@@ -112,7 +112,9 @@ case "$*" in
       "--discovery-token-ca-cert-hash sha256:{cahash}" ;;
   init*)
     echo "kubeadm join 192.0.2.10:6443 --token {token} --control-plane --certificate-key {key}" ;;
-  join*)
+  "join --config "*)
+    # the rendered join configuration it was handed (tasks/join.yml), recorded on one line
+    echo "config: $(tr '\n' ' ' < "$3")" >> {log}
     echo "This node has joined the cluster" ;;
   *) exit 2 ;;
 esac
@@ -146,6 +148,8 @@ def test_join_token_and_certificate_key_reach_no_artifact(tmp_path):
         tasks_from: join.yml
 """, inventory)
     (pdd / "project" / "roles").symlink_to(ROOT / "roles")
+    for h in hosts:  # made by the role's main.yml before join.yml runs
+        (tmp_path / "etc" / h).mkdir(parents=True)
     result = runner.run_playbook(pdd, "play.yml")
     assert result.ok, [f"{e.host} | {e.task}: {e.message}" for e in result.failures]
 
@@ -155,11 +159,20 @@ def test_join_token_and_certificate_key_reach_no_artifact(tmp_path):
     assert calls[0].startswith("init --config") and "--skip-token-print" in calls[0]
     assert calls.count("init phase upload-certs --upload-certs") == 1
     assert calls.count("token create --print-join-command") == 1
+    # kubeadm joins with the rendered join configuration: the secrets are in that 0600
+    # file, never in argv; only the control plane's carries the certificate key
     joins = [c for c in calls if c.startswith("join ")]
-    assert len(joins) == 2 and all(f"--token {token}" in j for j in joins)
-    control = [j for j in joins if "--control-plane" in j]
-    assert len(control) == 1 and control[0].endswith(f"--control-plane --certificate-key {key}")
-    assert not [j for j in joins if "--certificate-key" in j and j not in control]
+    assert len(joins) == 2 and all(j.startswith("join --config ") for j in joins)
+    assert not [c for c in calls if token in c and not c.startswith("config: ")]
+    configs = [c for c in calls if c.startswith("config: ")]
+    assert len(configs) == 2 and all(f"token: {token}" in c for c in configs)
+    assert all(f"sha256:{cahash}" in c and "apiServerEndpoint: 192.0.2.10:6443" in c
+               for c in configs)
+    control = [c for c in configs if "controlPlane:" in c]
+    assert len(control) == 1 and f"certificateKey: {key}" in control[0]
+    assert not [c for c in configs if key in c and c not in control]
+    # and the file with the secrets is gone once the node has joined
+    assert not list((tmp_path / "etc").rglob("kubeadm-join.yaml"))
     ran = {(e.host, e.task): e.status for e in result.events}
     assert ran[("cp02", "Join further control planes and workers")] == "changed"
     assert ran[("cp01", "Initialise the first control plane")] == "changed"

@@ -1,9 +1,10 @@
 """The rendered site.yml run for real through the runner against SSH test hosts (one
 network namespace, sshd and copy-on-write Debian root per node).
 
-What a host without a GPU, an init system or the internet can do runs for real (files,
-packages already in the image, host name); the rest is skipped by tag (the lab profile's
-skip list in the rendered ansible.cfg), and the tests assert which did what.
+What a host without a GPU or an init system can do runs for real (files, host name, and
+every package install, with apt from the lab's signed mirror); the rest is skipped by tag
+(the lab profile's skip list in the rendered ansible.cfg), and the tests assert which did
+what.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import render, runner
+from provisioner import render, results, runner
 from provisioner.inventory import load
 from tests.conftest import EXAMPLE, requires_ssh_hosts
 from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
@@ -38,6 +39,17 @@ def on_dgx02(command: str, state) -> None:
     subprocess.run(["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o",
                     "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
                     f"root@{address}", command], check=True, timeout=60)
+
+
+def dpkg_status(root: Path) -> dict[str, tuple[str, str]]:
+    """Package -> (Status, Version) from a host's dpkg database."""
+    out = {}
+    for stanza in (root / "var/lib/dpkg/status").read_text().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in stanza.splitlines()
+                      if ": " in line and not line.startswith(" "))
+        if "Package" in fields:
+            out[fields["Package"]] = (fields.get("Status", ""), fields.get("Version", ""))
+    return out
 
 
 def run_site(site: Path) -> runner.RunResult:
@@ -70,22 +82,59 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     assert not (upper(state, "stor01") / "etc/containerd").exists()  # storage: no Kubernetes
     assert not Path("/etc/provisioner/roce-qos.env").exists()  # the real machine untouched
 
-    # what a lab host cannot do (a GPU, a cluster, the kernel, vendor repositories, an
-    # init system) is skipped by tag: it never runs, and nothing runs in check mode
+    # the payload installed with real apt from the signed lab mirror (signed-by, no other
+    # source): real Debian packages, vendor stand-ins at the site's pinned versions
+    lab = results.lab_report(state.site, state, with_liveness=True)
+    assert lab.running and lab.mirror is not None and lab.mirror.url == state.mirror["url"]
+    assert lab.mirror.real_debs > 10 and lab.mirror.standin_debs > 20
+    sources = (dgx / "etc/apt/sources.list").read_text()
+    assert f"deb [signed-by=/etc/apt/keyrings/provisioner-mirror.asc] {state.mirror['url']}" \
+        in sources
+    assert (dgx / "etc/apt/keyrings/provisioner-mirror.asc").read_text() == \
+        Path(state.mirror["key_file"]).read_text()
+    pkgs = dpkg_status(dgx)
+    # the mirror also holds 570.86.15 and 570.133.20 (and Kubernetes 1.31.3, 1.31.5): the
+    # pins choose, not the archive's newest
+    for name, version in {"nvidia-driver-570-open": "570.124.06-0ubuntu1",
+                          "libnvidia-compute-570": "570.124.06-0ubuntu1",
+                          "nvidia-fabricmanager-570": "570.124.06-1",
+                          "libnvidia-nscq-570": "570.124.06-1",
+                          "kubeadm": "1.31.4-1.1", "kubelet": "1.31.4-1.1"}.items():
+        assert pkgs[name][0].endswith(" ok installed") and pkgs[name][1] == version, \
+            (name, pkgs.get(name))
+    assert pkgs["kubeadm"][0] == "hold ok installed"  # held at the pinned version
+    assert pkgs["containerd"][0] == "install ok installed"
+    assert (dgx / "usr/bin/containerd").is_file()  # a real Debian package
+    assert (dgx / "usr/share/doc/doca-ofed/PROVISIONER-LAB-STAND-IN").is_file()
+    assert not (dgx / "usr/bin/nvidia-smi").exists()  # stand-ins ship no binaries
+    assert "datacenter-gpu-manager-4-core" in pkgs
+    assert "nvidia-driver-570-open" not in dpkg_status(cp)  # no GPU, no driver
+
+    # what a lab host cannot do (a GPU, a cluster, the kernel, an init system) is skipped by
+    # tag: it never runs, and nothing runs in check mode
     ran = {e.task for e in first.events}
     assert not ran & {"Read the driver version every GPU reports", "Health gate - dcgmi diag",
                       "Check every GPU is visible at the pinned driver",
-                      "Initialise the first control plane", "Install the driver packages "
-                      "(Ubuntu)", "Start fabric manager and enable it at boot"}
+                      "Initialise the first control plane",
+                      "Initialise the cluster and join the further control planes and workers",
+                      "Start fabric manager (or IMEX) and enable it at boot",
+                      "Check fabric manager (or IMEX) is active before the diagnostic"}
+    assert "Install the driver packages (Ubuntu)" in {e.task for e in first.real_changes}
     assert first.simulated == []
     assert "Write the host name for every boot" in ran
     real = {e.task for e in first.real_changes}
     assert {"Write the RoCE QoS settings", "Configure containerd (systemd cgroups, NVIDIA "
             "runtime on GPU nodes)", "Kernel parameters for GPU and RDMA hosts"} <= real
 
+    chrony = {h.name: (Path(h.upper) / "etc/chrony/chrony.conf").read_text()
+              for h in state.ssh_hosts}
     second = run_site(site)
     assert second.ok
-    assert second.real_changes == [], [f"{e.host} | {e.task}" for e in second.real_changes]
+    assert second.real_changes == [], [
+        (e.host, e.task, e.message, chrony[e.host],
+         (upper(state, e.host) / "etc/chrony/chrony.conf").read_text())
+        for e in second.real_changes]
+    assert second.simulated == []
 
 
 def test_a_failing_task_on_one_host_leaves_the_others_finished(site_lab):

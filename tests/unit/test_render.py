@@ -105,21 +105,33 @@ def test_cuda_table_in_the_role_equals_the_tools():
     assert table == expected
 
 
-def test_artifacts_list_what_roles_fetch():
-    items = render.artifacts(load(SITES / "dgx_h100.yaml"))
+def test_artifacts_list_what_roles_fetch(tmp_path):
+    loaded = load(SITES / "dgx_h100.yaml")
+    items = render.artifacts(loaded)
     names = {(i["kind"], i["name"]): i for i in items}
-    drv = names[("package", "nvidia-driver-570-server-open")]
+    drv = names[("package", "nvidia-driver-570-open")]
     assert drv["version"] == "570.124.06" and drv["hosts"] == "gpu01"
     assert names[("package", "nvidia-fabricmanager-570")]["version"] == "570.124.06"
+    assert names[("package", "libnvidia-nscq-570")]["version"] == "570.124.06"
     assert names[("package", "cuda-toolkit-12-8")]["role"] == "cuda_toolkit"
     assert names[("package", "kubeadm")]["version"] == "1.31.4"
     assert ("helm-chart", "nvidia/gpu-operator") in names
+    # RoCE without software.doca: roce_host installs no DOCA, so none is listed
+    assert not any("doca" in name for _, name in names)
+    example = {i["name"]: i["version"] for i in render.artifacts(load(EXAMPLE))}
+    assert example["doca-ofed"] == "2.9.1"
     dgx1 = {i["name"] for i in render.artifacts(load(SITES / "dgx1.yaml"))}
-    assert "nvidia-driver-535-server" in dgx1 and "nvidia-driver-535-server-open" not in dgx1
-    # the role computes the same package names
-    role_vars = (ROOT / "roles/nvidia_driver/vars/main.yml").read_text()
-    assert "nvidia-driver-{{ nvidia_driver_branch }}-server{{ nvidia_driver_flavour_suffix }}" \
-        in role_vars
+    assert "cuda-drivers-535" in dgx1 and "nvidia-driver-535-open" not in dgx1
+    # One source of truth: every package the rendered host variables hand the roles is
+    # listed by --artifacts, and nothing NVIDIA-made is listed that no role installs.
+    out = render.render(loaded, tmp_path / "o").out
+    hv = yaml.safe_load((out / "inventory/host_vars/gpu01.yml").read_text())
+    rendered = {p for key in ("nvidia_driver_packages", "nvidia_driver_pinning_packages",
+                              "fabric_manager_packages", "dcgm_packages",
+                              "cuda_toolkit_packages") for p in hv[key]}
+    listed = {i["name"] for i in items if i["kind"] == "package"
+              and i["role"] in ("nvidia_driver", "fabric_manager", "dcgm", "cuda_toolkit")}
+    assert rendered == listed and rendered
 
 
 def test_roce_values_derived_from_dscp():

@@ -1,0 +1,130 @@
+"""Where the roles fetch from: upstream by default, the site's own sources when it sets them.
+
+Every internet address the payload uses is here and nowhere in the roles, so a site with
+its mirror and `software.sources` set renders a project that names no internet host
+(tests/unit/test_airgap.py). The roles' defaults hold empty strings; a repository task runs
+only when its URL is set. Pure: no I/O.
+
+Upstream addresses, each from its vendor's install page:
+- NVIDIA CUDA repository: developer.download.nvidia.com/compute/cuda/repos/<distro>/<arch>/,
+  arch x86_64 or sbsa (Grace), key 3bf863cc (NVIDIA driver installation guide, network
+  repository). [P]
+- NVIDIA Container Toolkit: nvidia.github.io/libnvidia-container/stable/deb/<arch>, key
+  gpgkey (Container Toolkit install guide). [P]
+- Kubernetes: pkgs.k8s.io/core:/stable:/v<minor>/deb/, key Release.key (kubeadm install). [P]
+- DOCA: linux.mellanox.com/public/repo/doca/<version>/<ubuntuXX.YY>/<x86_64|arm64-sbsa>/
+  (DOCA installation guide). [S]
+- Helm: packages.buildkite.com/helm-linux/helm-debian (helm.sh "Installing Helm", apt). [S]
+- Charts: helm.ngc.nvidia.com/nvidia (GPU and Network Operator), helm.cilium.io (Cilium). [P]
+- CNI manifests: Calico and Flannel release manifests, pinned (versions below). [P]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from provisioner.inventory.software_models import Software
+
+CUDA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
+TOOLKIT_REPO = "https://nvidia.github.io/libnvidia-container/stable/deb"
+TOOLKIT_KEY = "https://nvidia.github.io/libnvidia-container/gpgkey"
+K8S_REPO = "https://pkgs.k8s.io/core:/stable:"
+DOCA_REPO = "https://linux.mellanox.com/public/repo/doca"
+DOCA_KEY = "https://linux.mellanox.com/public/repo/doca/GPG-KEY-Mellanox.pub"
+HELM_APT_REPO = "https://packages.buildkite.com/helm-linux/helm-debian/any/"
+HELM_APT_KEY = "https://packages.buildkite.com/helm-linux/helm-debian/gpgkey"
+NVIDIA_CHARTS = "https://helm.ngc.nvidia.com/nvidia"
+CILIUM_CHARTS = "https://helm.cilium.io/"
+# Pinned CNI releases: every CNI the inventory accepts has one (tests/unit/test_kubernetes.py).
+CNI_VERSIONS = {"calico": "v3.28.2", "cilium": "1.16.5", "flannel": "v0.25.7"}
+CNI_MANIFESTS = {
+    "calico": ("https://raw.githubusercontent.com/projectcalico/calico/{v}/manifests/",
+               "calico.yaml"),
+    "flannel": ("https://github.com/flannel-io/flannel/releases/download/{v}/",
+                "kube-flannel.yml"),
+}
+# Operator charts (NGC chart repository helm.ngc.nvidia.com/nvidia). Network Operator 25.7.0
+# and its component tag: NVIDIA Network Operator v25.7.0, "NicClusterPolicy Custom Resource
+# Example" (docs.nvidia.com/networking/display/kubernetes2570) [P]; 25.4.x is end of life
+# (v25.10.0 "Life Cycle Management") [P].
+GPU_OPERATOR_CHART_VERSION = "v25.3.0"
+NETWORK_OPERATOR_CHART_VERSION = "25.7.0"
+NETWORK_OPERATOR_COMPONENT_VERSION = "network-operator-v25.7.0"
+KUBE_VIP_IMAGE = "ghcr.io/kube-vip/kube-vip"
+KUBE_VIP_VERSION = "v0.8.9"
+# Where the Network Operator's components live (its chart's values.yaml) [S].
+NETWORK_OPERATOR_REPOSITORY = "nvcr.io/nvidia/mellanox"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+DEFAULT_NTP_POOL = "ntp.ubuntu.com"
+
+
+def _base(url: str) -> str:
+    return url if url.endswith("/") else url + "/"
+
+
+def registry_host(url: str) -> str:
+    """http://mirror.lab:5000/ -> mirror.lab:5000 (the host images are named under)."""
+    return urlsplit(url).netloc
+
+
+def host_repo_vars(sw: Software, arch: str, repo_arch: str, distro: str) -> dict[str, Any]:
+    """Per-host apt repository URLs (they depend on the CPU architecture). Empty with a
+    mirror: every package then comes from the mirror base_os writes into apt's sources."""
+    if sw.mirror:
+        return {}
+    cuda = f"{CUDA_REPO}/{distro}/{repo_arch}/"
+    data: dict[str, Any] = {
+        "nvidia_driver_repo_url": cuda,
+        "nvidia_driver_repo_key_url": cuda + "3bf863cc.pub",
+        "container_runtime_toolkit_repo_url": f"{TOOLKIT_REPO}/{arch}/",
+        "container_runtime_toolkit_repo_key_url": TOOLKIT_KEY,
+    }
+    if sw.doca:
+        ubuntu = sw.os.replace("ubuntu-", "ubuntu") if sw.os.startswith("ubuntu") else {
+            "dgx-os-6": "ubuntu22.04", "dgx-os-7": "ubuntu24.04"}.get(sw.os, sw.os)
+        doca_arch = "arm64-sbsa" if arch == "arm64" else "x86_64"
+        data |= {"roce_host_repo_url": f"{DOCA_REPO}/{sw.doca}/{ubuntu}/{doca_arch}/",
+                 "roce_host_repo_key_url": DOCA_KEY}
+    return data
+
+
+def site_vars(sw: Software) -> dict[str, Any]:
+    """Site-wide sources: Kubernetes and Helm apt repositories, charts, CNI, images, NTP."""
+    src = sw.sources
+    data: dict[str, Any] = {"base_os_ntp_servers": list(src.ntp_servers)}
+    if not src.ntp_servers and not sw.mirror:
+        data["base_os_ntp_pools"] = [DEFAULT_NTP_POOL]
+    k8s = sw.kubernetes
+    if k8s is None:
+        return data
+    minor = ".".join(k8s.version.split(".")[:2])
+    if not sw.mirror:
+        repo = f"{K8S_REPO}/v{minor}/deb/"
+        data |= {"kubernetes_repo_url": repo, "kubernetes_repo_key_url": repo + "Release.key",
+                 "kubernetes_helm_apt_repo_url": HELM_APT_REPO,
+                 "kubernetes_helm_apt_key_url": HELM_APT_KEY}
+    charts = _base(src.helm_repo) if src.helm_repo else None
+    data["kubernetes_helm_repo_url"] = charts or NVIDIA_CHARTS
+    data["kubernetes_cilium_helm_repo_url"] = charts or CILIUM_CHARTS
+    data["kubernetes_cni_version"] = CNI_VERSIONS[k8s.cni]
+    data |= {"kubernetes_gpu_operator_chart_version": GPU_OPERATOR_CHART_VERSION,
+             "kubernetes_network_operator_chart_version": NETWORK_OPERATOR_CHART_VERSION,
+             "kubernetes_network_operator_component_version":
+                 NETWORK_OPERATOR_COMPONENT_VERSION}
+    if k8s.cni in CNI_MANIFESTS:
+        base, name = CNI_MANIFESTS[k8s.cni]
+        version = CNI_VERSIONS[k8s.cni]
+        url = (f"{_base(src.manifests)}{k8s.cni}/{version}/{name}" if src.manifests
+               else base.format(v=version) + name)
+        data["kubernetes_cni_manifest_url"] = url
+    reg = registry_host(src.registry_mirror) if src.registry_mirror else None
+    data["container_runtime_registry_mirror"] = _base(src.registry_mirror) \
+        if src.registry_mirror else ""
+    data["container_runtime_sandbox_image"] = (f"{reg}/pause:3.10" if reg else PAUSE_IMAGE)
+    data["kubernetes_image_repository"] = reg or ""
+    data["kubernetes_network_operator_repository"] = (f"{reg}/nvidia/mellanox" if reg
+                                                      else NETWORK_OPERATOR_REPOSITORY)
+    data["kubernetes_kube_vip_image"] = (f"{reg}/kube-vip/kube-vip:{KUBE_VIP_VERSION}" if reg
+                                         else f"{KUBE_VIP_IMAGE}:{KUBE_VIP_VERSION}")
+    return data

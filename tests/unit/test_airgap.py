@@ -1,0 +1,82 @@
+"""Air-gapped for real: a site with its mirror and every source set renders a project that
+names no internet host anywhere (inventory, playbooks, roles, templates, README)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from urllib.parse import urlsplit
+
+from provisioner import render, sources
+from provisioner.inventory import load
+from tests.conftest import EXAMPLE
+
+MIRROR_HOST = "mirror.site.internal"
+SOURCES = f"""
+  mirror: http://{MIRROR_HOST}/ubuntu
+  sources:
+    registry_mirror: https://{MIRROR_HOST}:5000
+    helm_repo: http://{MIRROR_HOST}/charts
+    manifests: http://{MIRROR_HOST}/manifests
+    ntp_servers: [ntp1.site.internal, 10.250.0.1]
+"""
+# Every upstream the payload knows (sources.py) plus the registries and pools it used to name.
+UPSTREAM_HOSTS = {urlsplit(u).hostname for u in (
+    sources.CUDA_REPO, sources.TOOLKIT_REPO, sources.K8S_REPO, sources.DOCA_REPO,
+    sources.HELM_APT_REPO, sources.NVIDIA_CHARTS, sources.CILIUM_CHARTS,
+    *(base for base, _ in sources.CNI_MANIFESTS.values()))} | {
+    "registry.k8s.io", "nvcr.io", "ghcr.io", "docker.io", "quay.io", "pool.ntp.org",
+    sources.DEFAULT_NTP_POOL, "github.com", "raw.githubusercontent.com", "baltocdn.com"}
+# Anything that looks like a public DNS name; API groups and label prefixes are names too,
+# but not hosts anything is fetched from.
+DOMAIN_RE = re.compile(r"\b((?:[a-z0-9-]+\.)+(?:com|io|org|net|dev|cloud|ai))\b")
+NOT_HOSTS = {"kubeadm.k8s.io", "kubelet.config.k8s.io", "nvidia.com", "provisioner.io",
+             "mellanox.com"}
+
+
+def _site(tmp_path):
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site)
+    text = (site / "site.yaml").read_text()
+    text = text.replace("software:\n  os: ubuntu-22.04\n",
+                        "software:\n  os: ubuntu-22.04" + SOURCES)
+    (site / "site.yaml").write_text(text)
+    return load(site)
+
+
+def test_a_mirrored_site_renders_no_internet_host(tmp_path):
+    loaded = _site(tmp_path)
+    assert loaded.site.software.sources.registry_mirror  # the edit above took
+    out = render.render(loaded, tmp_path / "out").out
+    found: dict[str, set[str]] = {}
+    for path in sorted(out.rglob("*")):
+        if not path.is_file():
+            continue
+        text = path.read_text(errors="replace")
+        for m in re.finditer(r"\b[a-z][a-z0-9+.-]*://([^/\s\"'<>:]+)", text):
+            if m.group(1) != MIRROR_HOST and "{{" not in m.group(0):
+                found.setdefault(str(path.relative_to(out)), set()).add(m.group(1))
+        for host in UPSTREAM_HOSTS:
+            if host and host in text:
+                found.setdefault(str(path.relative_to(out)), set()).add(host)
+        for m in DOMAIN_RE.finditer(text.lower()):
+            if m.group(1) not in NOT_HOSTS and not m.group(1).endswith("site.internal"):
+                found.setdefault(str(path.relative_to(out)), set()).add(m.group(1))
+    assert found == {}
+
+
+def test_the_mirrored_site_uses_its_own_sources(tmp_path):
+    out = render.render(_site(tmp_path), tmp_path / "out").out
+    gv = (out / "inventory/group_vars/all.yml").read_text()
+    assert f"container_runtime_registry_mirror: https://{MIRROR_HOST}:5000/" in gv
+    assert f"container_runtime_sandbox_image: {MIRROR_HOST}:5000/pause:3.10" in gv
+    assert f"kubernetes_helm_repo_url: http://{MIRROR_HOST}/charts/" in gv
+    assert (f"kubernetes_cni_manifest_url: http://{MIRROR_HOST}/manifests/calico/"
+            f"{sources.CNI_VERSIONS['calico']}/calico.yaml") in gv
+    assert "- ntp1.site.internal" in gv and "base_os_ntp_pools" not in gv
+
+
+def test_an_unmirrored_site_names_its_upstreams(tmp_path):
+    out = render.render(load(EXAMPLE), tmp_path / "out").out
+    hv = (out / "inventory/host_vars/dgx01.yml").read_text()
+    assert "developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/" in hv

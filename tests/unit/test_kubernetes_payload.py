@@ -1,0 +1,234 @@
+"""Kubernetes that forms, read from the role itself: a stable controlPlaneEndpoint (kube-vip
+VIP or the site's load balancer), the rendered join configuration used by `kubeadm join
+--config` (secrets in a 0600 file, never argv), swap off, Helm, pinned CNIs and operators,
+and handler orders that work (br_netfilter before sysctl, openibd before RoCE QoS)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import typing
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from provisioner import render, sources
+from provisioner.inventory import load
+from provisioner.inventory.software_models import Kubernetes
+from tests.conftest import EXAMPLE, FIXTURES, ROOT
+
+ROLE = ROOT / "roles" / "kubernetes"
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def _template(role: str, name: str, **context: Any) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "roles" / role)),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True)
+    env.filters["to_json"] = lambda v: __import__("json").dumps(v)
+    env.filters["bool"] = bool
+    return env.get_template(f"templates/{name}").render(**context)
+
+
+def test_every_supported_cni_is_pinned_and_has_a_source():
+    cnis = typing.get_args(Kubernetes.model_fields["cni"].annotation)
+    assert set(cnis) == set(sources.CNI_VERSIONS)
+    for cni in cnis:
+        assert sources.CNI_VERSIONS[cni]
+        # a manifest, or (cilium) a chart installed by the role
+        assert cni in sources.CNI_MANIFESTS or cni == "cilium"
+    tasks = (ROLE / "tasks/main.yml").read_text()
+    assert "chart: cilium/cilium" in tasks and 'version: "{{ kubernetes_cni_version }}"' in tasks
+
+
+def test_each_cni_renders_a_pinned_version(tmp_path):
+    for cni in ("calico", "cilium", "flannel"):
+        site = tmp_path / cni
+        site.mkdir()
+        text = (FIXTURES / "sites" / "dgx_h100.yaml").read_text().replace(
+            'kubernetes: {version: "1.31.4"}', f'kubernetes: {{version: "1.31.4", cni: {cni}}}')
+        (site / "s.yaml").write_text(text)
+        out = render.render(load(site / "s.yaml"), tmp_path / f"o-{cni}").out
+        gv = _yaml(out / "inventory/group_vars/all.yml")
+        assert gv["kubernetes_cni_version"] == sources.CNI_VERSIONS[cni]
+        if cni != "cilium":
+            assert sources.CNI_VERSIONS[cni] in gv["kubernetes_cni_manifest_url"]
+
+
+def test_operators_are_pinned(tmp_path):
+    for version in (sources.GPU_OPERATOR_CHART_VERSION, sources.NETWORK_OPERATOR_CHART_VERSION):
+        assert re.fullmatch(r"v?\d+\.\d+\.\d+", version)
+    assert sources.NETWORK_OPERATOR_COMPONENT_VERSION.endswith(
+        sources.NETWORK_OPERATOR_CHART_VERSION)
+    # The role holds no version of its own: render writes the pinned ones, and
+    # render --artifacts lists the same charts at the same versions.
+    d = _yaml(ROLE / "defaults/main.yml")
+    assert d["kubernetes_gpu_operator_chart_version"] == ""
+    loaded = load(EXAMPLE)
+    out = render.render(loaded, tmp_path / "o").out
+    gv = _yaml(out / "inventory/group_vars/all.yml")
+    charts = {i["name"]: i["version"] for i in render.artifacts(loaded)
+              if i["kind"] == "helm-chart"}
+    assert charts == {
+        "nvidia/gpu-operator": gv["kubernetes_gpu_operator_chart_version"],
+        "nvidia/network-operator": gv["kubernetes_network_operator_chart_version"]}
+    assert all(charts.values())
+    release = _yaml(ROLE / "tasks/helm_release.yml")
+    argv = release[1]["ansible.builtin.command"]["argv"]
+    assert "'--version', kubernetes_release.version" in argv
+
+
+def test_vip_is_the_control_plane_endpoint_served_by_kube_vip(tmp_path):
+    out = render.render(load(FIXTURES / "sites" / "gb200.yaml"), tmp_path / "o").out
+    gv = _yaml(out / "inventory/group_vars/all.yml")
+    assert gv["kubernetes_control_plane_endpoint"] == "10.1.0.5:6443"
+    init = _template("kubernetes", "kubeadm-init.yaml.j2", **gv, inventory_hostname="cp01",
+                     kubernetes_kubeadm_api="kubeadm.k8s.io/v1beta4",
+                     kubernetes_advertise_address="10.1.0.21")
+    docs = list(yaml.safe_load_all(init))
+    cluster = next(d for d in docs if d["kind"] == "ClusterConfiguration")
+    assert cluster["controlPlaneEndpoint"] == "10.1.0.5:6443"
+    assert cluster["apiServer"]["certSANs"] == ["10.1.0.5"]
+    pod = yaml.safe_load(_template("kubernetes", "kube-vip.yaml.j2", **gv,
+                                   kubernetes_vip_interface="eno1",
+                                   kubernetes_config_dir="/etc/kubernetes",
+                                   kubernetes_kube_vip_kubeconfig="super-admin.conf"))
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert env["address"] == "10.1.0.5" and env["cp_enable"] == "true"
+    assert pod["spec"]["volumes"][0]["hostPath"]["path"] == "/etc/kubernetes/super-admin.conf"
+    tasks = [t["name"] for t in _yaml(ROLE / "tasks/main.yml")]
+    assert tasks.index("Serve the control-plane VIP with kube-vip on the first control plane") \
+        < tasks.index("Initialise the cluster and join the further control planes and workers") \
+        < tasks.index("Point kube-vip at admin.conf once the cluster is initialised")
+
+
+def test_load_balancer_endpoint_and_ha_without_one_is_refused(tmp_path):
+    from provisioner.inventory.checks import check
+    text = (FIXTURES / "sites" / "gb200.yaml").read_text()
+    lb = tmp_path / "lb.yaml"
+    lb.write_text(text.replace("vip: 10.1.0.5", "load_balancer: api.site.internal"))
+    out = render.render(load(lb), tmp_path / "o").out
+    assert _yaml(out / "inventory/group_vars/all.yml")[
+        "kubernetes_control_plane_endpoint"] == "api.site.internal:6443"
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(text.replace(", vip: 10.1.0.5", ""))
+    hit = [f for f in check(load(bare)) if f.code == "kubernetes-no-endpoint"]
+    assert hit and hit[0].severity.value == "error"
+
+
+def test_vip_outside_management_or_on_a_node_is_refused(tmp_path):
+    from provisioner.inventory.checks import check
+    text = (FIXTURES / "sites" / "gb200.yaml").read_text()
+    codes = {}
+    for name, vip in (("ok", "10.1.0.5"), ("outside", "10.9.0.5"), ("taken", "10.1.0.11")):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text.replace("vip: 10.1.0.5", f"vip: {vip}"))
+        codes[name] = {f.code for f in check(load(path)) if f.severity.value == "error"}
+    assert not codes["ok"] & {"vip-outside-management", "vip-taken"}
+    assert "vip-outside-management" in codes["outside"]
+    assert "vip-taken" in codes["taken"]
+
+
+def _join_context(cp: bool, secrets: bool) -> dict[str, Any]:
+    return {"kubernetes_kubeadm_api": "kubeadm.k8s.io/v1beta4", "inventory_hostname": "n1",
+            "kubernetes_is_control_plane": cp, "kubernetes_advertise_address": "10.0.0.2",
+            "kubernetes_join_with_secrets": secrets, "kubernetes_join_endpoint": "10.0.0.5:6443",
+            "kubernetes_join_token": "abcdef.0123456789abcdef",
+            "kubernetes_join_ca_hash": "sha256:00", "kubernetes_certificate_key": "k" * 64}
+
+
+def test_join_uses_the_rendered_configuration_and_no_secret_in_argv():
+    cp = yaml.safe_load(_template("kubernetes", "kubeadm-join.yaml.j2",
+                                  **_join_context(cp=True, secrets=True)))
+    assert cp["discovery"]["bootstrapToken"]["token"] == "abcdef.0123456789abcdef"
+    assert cp["controlPlane"]["certificateKey"] == "k" * 64
+    worker = yaml.safe_load(_template("kubernetes", "kubeadm-join.yaml.j2",
+                                      **_join_context(cp=False, secrets=True)))
+    assert "controlPlane" not in worker and worker["discovery"]["bootstrapToken"]["token"]
+    on_disk = yaml.safe_load(_template("kubernetes", "kubeadm-join.yaml.j2",
+                                       **_join_context(cp=True, secrets=False)))
+    assert "discovery" not in on_disk and "certificateKey" not in on_disk["controlPlane"]
+    join = {t["name"]: t for t in _yaml(ROLE / "tasks/join.yml")}
+    cmd = join["Join further control planes and workers"]["ansible.builtin.command"]["cmd"]
+    assert cmd == "kubeadm join --config {{ kubernetes_config_dir }}/kubeadm-join.yaml"
+    write = join["Write the join configuration with the bootstrap token and certificate key"]
+    assert write["ansible.builtin.template"]["mode"] == "0600" and write["no_log"] is True
+    carrying = [t for t in join.values() if re.search(
+        r"kubeadm-join\.yaml|join_command|upload-certs|token create|kubeadm init", str(t))]
+    assert len(carrying) == 6 and all(t.get("no_log") is True for t in carrying)
+
+
+def test_swap_off_now_and_across_reboots():
+    tasks = {t["name"]: t for t in _yaml(ROLE / "tasks/main.yml")}
+    assert tasks["Turn swap off now"]["ansible.builtin.command"] == "swapoff -a"
+    rule = tasks["Keep swap off across reboots"]["ansible.builtin.replace"]
+    fstab = ("UUID=1 / ext4 defaults 0 1\n/swap.img none swap sw 0 0\n"
+             "# /old none swap sw 0 0\n")
+    py_repl = rule["replace"].replace("\\1", "\\g<1>")
+    once = re.sub(rule["regexp"], py_repl, fstab, flags=re.M)
+    assert "# /swap.img none swap sw 0 0" in once and "UUID=1 / ext4" in once
+    assert re.sub(rule["regexp"], py_repl, once, flags=re.M) == once  # idempotent
+
+
+def test_helm_is_installed_where_charts_are():
+    tasks = {t["name"]: t for t in _yaml(ROLE / "tasks/main.yml")}
+    assert tasks["Install Helm on the first control plane"]["ansible.builtin.apt"]["name"] == "helm"
+    names = list(tasks)
+    assert names.index("Install Helm on the first control plane") < names.index(
+        "Install the GPU Operator, keeping the host-installed driver and toolkit")
+
+
+def test_nic_cluster_policy_for_roce_sites(tmp_path):
+    out = render.render(load(EXAMPLE), tmp_path / "o").out
+    gv = _yaml(out / "inventory/group_vars/all.yml")
+    policy = yaml.safe_load(_template(
+        "kubernetes", "nic-cluster-policy.yaml.j2", **gv, kubernetes_roce_interfaces=[]))
+    assert policy["kind"] == "NicClusterPolicy"
+    plugin = policy["spec"]["rdmaSharedDevicePlugin"]
+    assert plugin["version"] == sources.NETWORK_OPERATOR_COMPONENT_VERSION
+    assert plugin["repository"] == sources.NETWORK_OPERATOR_REPOSITORY
+    assert "ofedDriver" not in policy["spec"]  # DOCA is on the host
+    config = __import__("json").loads(policy["spec"]["rdmaSharedDevicePlugin"]["config"])
+    assert config["configList"][0]["selectors"] == {"vendors": ["15b3"]}
+
+
+def test_handlers_run_in_an_order_that_works():
+    base = [h["name"] for h in _yaml(ROOT / "roles/base_os/handlers/main.yml")]
+    assert base.index("Load kernel modules") < base.index("Apply kernel parameters")
+    roce = [h["name"] for h in _yaml(ROOT / "roles/roce_host/handlers/main.yml")]
+    assert roce.index("Restart openibd") < roce.index("Apply RoCE QoS")
+    doca = next(t for t in _yaml(ROOT / "roles/roce_host/tasks/main.yml")
+                if t["name"] == "Install DOCA (MOFED)")
+    assert doca["notify"] == "Restart openibd"
+    assert "roce_host_install_doca" in doca["when"]
+
+
+def _roce_script(tmp_path: Path, interfaces: str) -> subprocess.CompletedProcess[str]:
+    env_file = tmp_path / "roce-qos.env"
+    env_file.write_text(_template("roce_host", "roce-qos.env.j2", roce_host_interfaces=(
+        interfaces.split() if interfaces else []), roce_host_mode="lossless",
+        roce_host_dscp=26, roce_host_priority=3, roce_host_tos=106,
+        roce_host_pfc="0,0,0,1,0,0,0,0", roce_host_cnp_dscp=48, roce_host_cnp_priority=6))
+    script = _template("roce_host", "provisioner-roce-qos.sh.j2").replace(
+        "/etc/provisioner/roce-qos.env", str(env_file))
+    return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True,
+                          env={"ROCE_SYSFS": str(tmp_path / "sys"), "PATH": "/usr/bin:/bin"},
+                          check=False)
+
+
+def test_roce_qos_applies_to_the_rdma_devices_found_on_the_host(tmp_path):
+    # a sysfs tree with one RDMA device (mlx5_0) behind the port ens1f0np0
+    (tmp_path / "sys/class/infiniband/mlx5_0/device/net/ens1f0np0").mkdir(parents=True)
+    nothing = _roce_script(tmp_path, "ens9")  # the site names a port the host lacks
+    assert nothing.returncode == 1 and "no RDMA device behind ens9 found" in nothing.stderr
+    # no port named: every RDMA device found is configured, starting with mlnx_qos on its
+    # port (absent here, so the script stops there: it reached the device it found)
+    found = _roce_script(tmp_path, "")
+    assert found.returncode == 127 and "mlnx_qos" in found.stderr
+    (tmp_path / "sys/class/infiniband/mlx5_0").rename(tmp_path / "gone")
+    assert _roce_script(tmp_path, "").returncode == 1

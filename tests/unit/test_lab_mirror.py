@@ -1,0 +1,166 @@
+"""The lab's apt mirror: what it holds (the closure of the roles' packages) and that real apt
+trusts it only through its signed-by key, and resolves the driver only with the role's pin.
+
+The repository tests build a small mirror of stand-ins (no download) and run the
+controller's own apt-get against it with private state directories.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+
+from provisioner import render
+from provisioner.errors import ConfigError, RenderError
+from provisioner.inventory import load
+from provisioner.lab import mirror, standins
+from tests.conftest import EXAMPLE, ROOT, requires_peer
+
+DRIVER = "570.124.06"
+DRIVER_DEB = f"{DRIVER}-0ubuntu1"  # NVIDIA's CUDA repository packaging
+requires_apt_tools = requires_peer(
+    all(shutil.which(t) for t in ("gpg", "dpkg-deb", "dpkg-scanpackages", "apt-get")),
+    "gnupg, dpkg-dev and apt are needed (scripts/bootstrap.sh installs them)")
+
+
+def test_plan_follows_depends_with_stand_ins_and_real_debian_packages():
+    debian = {"chrony", "iptables", "iproute2", "socat", "util-linux", "mount", "ethtool",
+              "ebtables", "conntrack", "rdma-core", "ibverbs-utils", "infiniband-diags"}
+    p = standins.plan({"nvidia-driver-570-server-open": DRIVER, "chrony": "",
+                     "kubeadm": "1.31.4", "doca-ofed": "2.9.1"}, debian)
+    # the driver's dependencies at exactly its version, for each release kept
+    assert p.standins["nvidia-driver-570-server-open"] == [
+        "570.124.06-0ubuntu0.22.04.1", "570.86.15-0ubuntu0.22.04.1", "570.133.20-0ubuntu0.22.04.1"]
+    assert "libnvidia-compute-570-server (= 570.86.15-0ubuntu0.22.04.1)" in \
+        p.standin_depends[("nvidia-utils-570-server", "570.86.15-0ubuntu0.22.04.1")]
+    assert len(p.standins["libnvidia-compute-570-server"]) == 3
+    assert p.standins["kubeadm"][0] == "1.31.4-1.1" and len(p.standins["kubelet"]) == 1
+    assert {"chrony", "iptables", "conntrack", "rdma-core", "infiniband-diags"} <= p.real
+    assert not p.real & set(p.standins)
+
+
+def test_a_package_neither_debian_nor_vendor_is_refused():
+    with pytest.raises(ConfigError, match="nosuchpkg is neither in Debian"):
+        standins.plan({"nosuchpkg": ""}, {"chrony"})
+
+
+@pytest.fixture(scope="module")
+def dgx_vars(tmp_path_factory):
+    """dgx01's rendered variables: the packages and the pin the roles install with."""
+    out = tmp_path_factory.mktemp("render")
+    render.render(load(EXAMPLE), out)
+    return yaml.safe_load((out / "inventory/host_vars/dgx01.yml").read_text())
+
+
+def _driver_repo(tmp: Path, dgx_vars: dict[str, Any]) -> Path:
+    """A signed mirror of the driver and fabric manager dgx01 installs (the closure of
+    their Depends, three releases each), stand-ins only."""
+    wanted = dict.fromkeys(dgx_vars["nvidia_driver_packages"]
+                           + dgx_vars["fabric_manager_packages"], DRIVER)
+    p = standins.plan(wanted, set())
+    pool = tmp / "repo/pool/main"
+    pool.mkdir(parents=True)
+    for name, versions in p.standins.items():
+        for v in versions:
+            deb = standins.build_standin(tmp / "cache", name, v, p.standin_depends[(name, v)])
+            shutil.copy(deb, pool / f"{name}_{v}.deb")
+    return mirror.publish(tmp / "repo", tmp / "gnupg")
+
+
+def _apt(tmp: Path, key: Path, *args: str, pin: str = "") -> subprocess.CompletedProcess[str]:
+    etc = tmp / "apt"
+    for sub in ("lists/partial", "cache/archives/partial", "preferences.d"):
+        (etc / sub).mkdir(parents=True, exist_ok=True)
+    (etc / "sources.list").write_text(
+        f"deb [signed-by={key}] file:{tmp / 'repo'} {mirror.SUITE} main\n")
+    (etc / "preferences.d/pin").write_text(pin)
+    (etc / "status").touch()
+    opts = ["-o", f"Dir::Etc::SourceList={etc / 'sources.list'}",
+            "-o", "Dir::Etc::SourceParts=/nonexistent",
+            "-o", f"Dir::Etc::PreferencesParts={etc / 'preferences.d'}",
+            "-o", f"Dir::State::Lists={etc / 'lists'}",
+            "-o", f"Dir::State::status={etc / 'status'}",
+            "-o", f"Dir::Cache={etc / 'cache'}", "-o", "Debug::NoLocking=true",
+            "-o", "APT::Sandbox::User=root", "-o", f"APT::Architecture={mirror.ARCH}"]
+    return subprocess.run(["apt-get", *opts, *args], capture_output=True, text=True,
+                          check=False, timeout=120)
+
+
+def _role_pin(dgx_vars: dict[str, Any]) -> str:
+    """The preferences file the nvidia_driver role writes, from its own template."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+    template = (ROOT / "roles/nvidia_driver/templates/nvidia-driver.pref.j2").read_text()
+    return env.from_string(template).render(
+        nvidia_driver_pinned_packages=dgx_vars["nvidia_driver_pinned_packages"],
+        nvidia_driver_version=DRIVER)
+
+
+@requires_apt_tools
+def test_apt_trusts_the_mirror_through_its_key_and_installs_the_pinned_driver(tmp_path,
+                                                                             dgx_vars):
+    assert DRIVER in (EXAMPLE / "site.yaml").read_text()
+    key = _driver_repo(tmp_path, dgx_vars)
+    update = _apt(tmp_path, key, "update")
+    assert update.returncode == 0 and "W:" not in update.stderr, update.stderr
+    want = dgx_vars["nvidia_driver_packages"] + dgx_vars["fabric_manager_packages"]
+    # without the role's pin apt takes the newest release: not the site's driver
+    unpinned = _apt(tmp_path, key, "-s", "install", *want)
+    assert "Inst nvidia-driver-570-open (570.133.20" in unpinned.stdout, unpinned.stdout
+    # with it, the driver and every package that carries its version, at the site's version
+    pinned = _apt(tmp_path, key, "-s", "install", *want, pin=_role_pin(dgx_vars))
+    assert pinned.returncode == 0, pinned.stdout + pinned.stderr
+    inst = [ln for ln in pinned.stdout.splitlines() if ln.startswith("Inst ")]
+    assert len(inst) == 6 and all(f"({DRIVER}-" in ln for ln in inst), inst
+
+
+@requires_apt_tools
+def test_apt_refuses_the_mirror_with_another_key_or_a_changed_index(tmp_path, dgx_vars):
+    _driver_repo(tmp_path, dgx_vars)
+    other = tmp_path / "other"
+    other.mkdir()
+    _, public = mirror.make_key(other / "gnupg")
+    (other / "key.asc").write_text(public)
+    wrong = _apt(tmp_path, other / "key.asc", "update")
+    assert "NO_PUBKEY" in wrong.stderr or "not signed" in wrong.stderr, wrong.stderr
+    assert not list((tmp_path / "apt/lists").glob("*_Packages"))
+    packages = tmp_path / "repo/dists" / mirror.SUITE / f"main/binary-{mirror.ARCH}/Packages"
+    packages.write_text(packages.read_text().replace(DRIVER_DEB, "999.0-1", 1))
+    (packages.with_suffix(".gz")).unlink()
+    changed = _apt(tmp_path, tmp_path / "repo" / mirror.KEY_NAME, "update")
+    assert changed.returncode != 0 or "E:" in changed.stderr or "W:" in changed.stderr
+    assert "Hash Sum mismatch" in changed.stderr or "File has unexpected size" in \
+        changed.stderr, changed.stderr
+
+
+def _mirrored_site(tmp_path: Path, key: str) -> Path:
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    text = (site / "site.yaml").read_text()
+    (site / "site.yaml").write_text(text.replace(
+        "software:\n", f"software:\n  mirror: http://10.0.0.5/ubuntu\n  mirror_key: {key}\n", 1))
+    return site
+
+
+def test_the_mirror_key_is_rendered_as_signed_by_and_must_exist(tmp_path):
+    site = _mirrored_site(tmp_path, "keys/mirror.asc")
+    with pytest.raises(RenderError, match=r"software.mirror_key: .*keys/mirror.asc is not a file"):
+        render.render(load(site), tmp_path / "out")
+    (site / "keys").mkdir()
+    (site / "keys/mirror.asc").write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\n")
+    out = render.render(load(site), tmp_path / "out").out
+    group = yaml.safe_load((out / "inventory/group_vars/all.yml").read_text())
+    assert group["base_os_mirror"] == "http://10.0.0.5/ubuntu"
+    assert group["base_os_mirror_key"] == str((site / "keys/mirror.asc").resolve())
+    line = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False).from_string(
+        (ROOT / "roles/base_os/templates/sources.list.j2").read_text()).render(
+        base_os_mirror=group["base_os_mirror"], base_os_mirror_key=group["base_os_mirror_key"],
+        base_os_mirror_keyring="/etc/apt/keyrings/provisioner-mirror.asc",
+        base_os_mirror_suites="jammy", base_os_mirror_components="main")
+    assert "deb [signed-by=/etc/apt/keyrings/provisioner-mirror.asc] http://10.0.0.5/ubuntu " \
+        "jammy main" in line

@@ -1,0 +1,208 @@
+"""The NVIDIA payload: package sets per platform and branch, one driver source, version pins,
+arm64 for Grace, IMEX's node list, and the order driver -> fabric manager -> DCGM gate.
+
+Golden package lists: tests/golden/payload/packages.yml (UPDATE_GOLDEN=1 rewrites it;
+review the diff like code). The facts each list rests on are cited in provisioner/payload.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+
+from provisioner import payload, render
+from provisioner.inventory import load
+from provisioner.inventory.loader import shipped_catalog
+from provisioner.inventory.software_models import Software
+from tests.conftest import FIXTURES, ROOT
+
+SITES = FIXTURES / "sites"
+GOLDEN = ROOT / "tests" / "golden" / "payload" / "packages.yml"
+
+# (platform block, software pins): the combinations the golden file holds.
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "dgx-1/nvidia-535": ("dgx-1", {"nvidia_driver": {"branch": "535", "version": "535.230.02"},
+                                   "cuda": "12.2"}),
+    "dgx-a100/nvidia-570": ("dgx-a100", {"nvidia_driver": {"branch": "570",
+                                                           "version": "570.124.06"},
+                                         "cuda": "12.8"}),
+    "dgx-a100/canonical-570": ("dgx-a100", {"nvidia_driver": {
+        "branch": "570", "version": "570.124.06", "source": "canonical"}}),
+    "dgx-h100/nvidia-580": ("dgx-h100", {"os": "ubuntu-24.04", "nvidia_driver": {
+        "branch": "580", "version": "580.95.05"}, "cuda": "13.0"}),
+    "dgx-h100/canonical-580": ("dgx-h100", {"os": "ubuntu-24.04", "nvidia_driver": {
+        "branch": "580", "version": "580.95.05", "source": "canonical"}}),
+    "dgx-h100/nvidia-590-branch-only": ("dgx-h100", {"os": "ubuntu-24.04",
+                                                     "nvidia_driver": {"branch": "590"}}),
+    "dgx-b200/nvidia-580": ("dgx-b200", {"os": "ubuntu-24.04", "nvidia_driver": {
+        "branch": "580", "version": "580.95.05"}, "cuda": "13.0"}),
+    "gb200-nvl72-tray/nvidia-580": ("gb200-nvl72-tray", {"os": "ubuntu-24.04", "nvidia_driver": {
+        "branch": "580", "version": "580.95.05"}}),
+}
+
+
+def _payload(block_name: str, pins: dict[str, Any]) -> payload.Payload:
+    block = shipped_catalog()[block_name]
+    sw = Software.model_validate(pins)
+    arch = block.gpu.architecture if block.gpu else None
+    flavour = "proprietary" if arch == "volta" else "open"
+    p = payload.for_block(sw, block, flavour)
+    assert p is not None
+    return p
+
+
+def _as_golden(p: payload.Payload) -> dict[str, Any]:
+    return {"arch": p.arch, "source": p.source, "fabric_service": p.fabric_service,
+            **{role: list(names) for role, names in p.by_role().items()},
+            "pinned_at_driver_version": list(p.pinned_at_driver)}
+
+
+def test_golden_package_lists_per_platform():
+    got = {case: _as_golden(_payload(block, pins)) for case, (block, pins) in CASES.items()}
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text("---\n" + yaml.safe_dump(got, sort_keys=True, width=4096))
+    assert got == yaml.safe_load(GOLDEN.read_text())
+
+
+def test_fabric_manager_brings_nscq_and_nvlink5_brings_nvlsm_and_nvsdm():
+    a100 = _payload("dgx-a100", CASES["dgx-a100/nvidia-570"][1])
+    assert a100.fabric == ("nvidia-fabricmanager-570", "libnvidia-nscq-570")
+    b200 = _payload("dgx-b200", CASES["dgx-b200/nvidia-580"][1])
+    # DGX OS 7 (580): unversioned fabric manager and nscq; NVLink5 adds nvlsm + libnvsdm
+    assert set(b200.fabric) == {"nvidia-fabricmanager", "libnvidia-nscq", "nvlsm", "libnvsdm"}
+    h100 = _payload("dgx-h100", CASES["dgx-h100/nvidia-580"][1])
+    assert "nvlsm" not in h100.fabric and "libnvsdm" not in h100.fabric
+    dgx1 = _payload("dgx-1", CASES["dgx-1/nvidia-535"][1])
+    assert dgx1.fabric == () and dgx1.fabric_service == ""  # no NVSwitch on a DGX-1
+
+
+def test_imex_on_gb200_at_the_driver_version_and_arm64():
+    gb = _payload("gb200-nvl72-tray", CASES["gb200-nvl72-tray/nvidia-580"][1])
+    assert gb.fabric == ("nvidia-imex",) and gb.fabric_service == "nvidia-imex"
+    assert "nvidia-imex" in gb.pinned_at_driver
+    assert (gb.arch, gb.repo_arch) == ("arm64", "sbsa")
+    assert "nvidia-fabricmanager" not in gb.fabric
+
+
+def test_dcgm4_package_follows_the_cuda_major():
+    assert _payload("dgx-1", CASES["dgx-1/nvidia-535"][1]).dcgm == (
+        "datacenter-gpu-manager-4-cuda12",)
+    assert _payload("dgx-h100", CASES["dgx-h100/nvidia-580"][1]).dcgm == (
+        "datacenter-gpu-manager-4-cuda13",)
+    # no CUDA pinned: the newest major the driver runs (580 -> CUDA 13)
+    assert _payload("dgx-h100", CASES["dgx-h100/canonical-580"][1]).dcgm == (
+        "datacenter-gpu-manager-4-cuda13",)
+
+
+def test_unversioned_names_from_590_chosen_by_the_pinning_package():
+    p = _payload("dgx-h100", CASES["dgx-h100/nvidia-590-branch-only"][1])
+    assert p.driver == ("nvidia-open",)
+    assert p.pinning == ("nvidia-driver-pinning-590",)
+    assert p.pinned_at_driver == ()  # no version: the pinning package holds the branch
+
+
+def test_canonical_source_uses_signed_precompiled_modules_and_its_fabric_manager():
+    p = _payload("dgx-h100", CASES["dgx-h100/canonical-580"][1])
+    assert p.driver[0] == "linux-modules-nvidia-580-server-open-generic"
+    assert p.pinning == ()  # NVIDIA's pinning package belongs to NVIDIA's repository
+    assert all("-server" in d for d in p.driver[:2])
+    assert p.fabric == ("nvidia-fabricmanager-580", "libnvidia-nscq-580")
+    # fabric manager and nscq at exactly the driver version, from the same source
+    assert {"nvidia-fabricmanager-580", "libnvidia-nscq-580"} <= set(p.pinned_at_driver)
+    assert not any(x.startswith("linux-modules-") for x in p.pinned_at_driver)
+
+
+def test_cuda_only_when_pinned(tmp_path):
+    assert _payload("dgx-h100", CASES["dgx-h100/canonical-580"][1]).cuda == ()
+    defaults = yaml.safe_load((ROOT / "roles/cuda_toolkit/defaults/main.yml").read_text())
+    assert defaults["cuda_toolkit_version"] == "" and defaults["cuda_toolkit_packages"] == []
+
+
+def test_apt_pin_is_a_version_preference_not_a_glob_on_the_newest():
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "roles/nvidia_driver")),
+                             undefined=jinja2.StrictUndefined)
+    text = env.get_template("templates/nvidia-driver.pref.j2").render(
+        nvidia_driver_version="570.124.06",
+        nvidia_driver_pinned_packages=["nvidia-driver-570-open", "nvidia-fabricmanager-570"])
+    stanza = dict(line.split(": ", 1) for line in text.splitlines()
+                  if line and not line.startswith("#"))
+    assert stanza == {"Package": "nvidia-driver-570-open nvidia-fabricmanager-570",
+                      "Pin": "version 570.124.06-*", "Pin-Priority": "1001"}
+    for tasks in (ROOT / "roles").glob("*/tasks/*.yml"):
+        assert "version_glob" not in tasks.read_text() and "+ '*'" not in tasks.read_text(), tasks
+
+
+def _tasks(role: str) -> list[dict[str, Any]]:
+    return yaml.safe_load((ROOT / "roles" / role / "tasks" / "main.yml").read_text())
+
+
+def test_repository_is_added_before_the_driver_and_pins_before_install():
+    names = [t["name"] for t in yaml.safe_load(
+        (ROOT / "roles/nvidia_driver/tasks/install.yml").read_text())]
+    repo = names.index("Add NVIDIA's CUDA repository before the driver")
+    pin = names.index("Pin the driver, fabric manager and nscq at exactly the driver version")
+    pinning = names.index("Install NVIDIA's pinning package before the driver")
+    driver = names.index("Install the driver packages (Ubuntu)")
+    assert repo < pin < pinning < driver
+
+
+def test_nvswitch_order_driver_then_fabric_manager_running_then_dcgm_gate():
+    plays = yaml.safe_load((ROOT / "playbooks/site.yml").read_text())
+    order = [r["role"] for play in plays for r in play.get("roles", [])]
+    assert order.index("nvidia_driver") < order.index("fabric_manager") < order.index("dcgm")
+    fm_play = next(p for p in plays if any(r["role"] == "fabric_manager"
+                                           for r in p.get("roles", [])))
+    assert set(fm_play["hosts"].split(":")) == {"nvswitch_nodes", "imex_nodes"}
+    fm = [t["name"] for t in _tasks("fabric_manager")]
+    assert fm.index("Start fabric manager (or IMEX) and enable it at boot") < fm.index(
+        "Wait for fabric manager (or IMEX) to be active")
+    dcgm = [t["name"] for t in _tasks("dcgm")]
+    assert dcgm.index("Check fabric manager (or IMEX) is active before the diagnostic") < \
+        dcgm.index("Health gate - dcgmi diag")
+
+
+def test_imex_nodes_config_lists_the_nvlink_domain(tmp_path):
+    loaded = load(SITES / "gb200.yaml")
+    out = render.render(loaded, tmp_path / "o").out
+    hv = {h: yaml.safe_load((out / f"inventory/host_vars/{h}.yml").read_text())
+          for h in ("gb01", "gb02", "gb03", "cp01")}
+    # gb01 and gb02 share rack r01 (one NVL72 domain); gb03 is alone in r02
+    assert hv["gb01"]["fabric_manager_imex_peers"] == ["10.1.0.11", "10.1.0.12"]
+    assert hv["gb02"]["fabric_manager_imex_peers"] == ["10.1.0.11", "10.1.0.12"]
+    assert hv["gb03"]["fabric_manager_imex_peers"] == ["10.1.0.13"]
+    assert "fabric_manager_imex_peers" not in hv["cp01"]
+    assert hv["gb01"]["provisioner_apt_arch"] == "arm64"
+    task = next(t for t in _tasks("fabric_manager")
+                if t["name"] == "Write the NVLink domain's nodes for IMEX")
+    assert task["ansible.builtin.copy"]["dest"].endswith("/nodes_config.cfg")
+    content = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(
+        task["ansible.builtin.copy"]["content"]).render(**hv["gb01"])
+    assert content.split() == ["10.1.0.11", "10.1.0.12"]
+
+
+def test_nvlink_domain_overrides_the_rack(tmp_path):
+    site = tmp_path / "gb200.yaml"
+    text = (SITES / "gb200.yaml").read_text().replace(
+        "  - rack: r02\n    u: 1\n    block: gb200-nvl72-tray\n",
+        "  - rack: r02\n    u: 1\n    block: gb200-nvl72-tray\n    nvlink_domain: r01\n")
+    site.write_text(text)
+    out = render.render(load(site), tmp_path / "o").out
+    hv = yaml.safe_load((out / "inventory/host_vars/gb03.yml").read_text())
+    assert hv["fabric_manager_imex_peers"] == ["10.1.0.11", "10.1.0.12", "10.1.0.13"]
+
+
+@pytest.mark.parametrize("os_name", ["rhel-9"])
+def test_validate_refuses_an_os_the_roles_cannot_install(tmp_path, os_name):
+    from provisioner.inventory.checks import check
+    site = tmp_path / "s.yaml"
+    shutil.copy(SITES / "dgx_h100.yaml", site)
+    site.write_text(site.read_text().replace("software:\n", f"software:\n  os: {os_name}\n"))
+    findings = check(load(site))
+    hit = [f for f in findings if f.code == "os-unsupported"]
+    assert hit and hit[0].severity.value == "error" and hit[0].location is not None
