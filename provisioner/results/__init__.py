@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.results import fabric, site, workflow
+from provisioner.results import discover, fabric, site, workflow
 from provisioner.results.base import Out, dump, schema_id
+from provisioner.results.discover import (
+    DiscoverReport,
+    LabUnknownReport,
+    discover_report,
+    lab_unknown_report,
+)
 from provisioner.results.fabric import check_report, switches_report
 from provisioner.results.site import (
     CatalogReport,
@@ -37,13 +43,39 @@ from provisioner.results.workflow import (
     up_report,
 )
 
-__all__ = ["Artifact", "ArtifactsReport", "BmcReport", "CatalogReport", "LabReport", "Out",
-           "PowerReport", "RenderReport", "RunReport", "UpEvent", "UpReport",
-           "ValidateReport", "bmc_report", "check_report", "dump", "json_schemas",
-           "lab_report", "power_report", "run_report", "site_report", "switches_report",
-           "up_event", "up_report", "validate_report"]
+__all__ = [
+    "Artifact",
+    "ArtifactsReport",
+    "BmcReport",
+    "CatalogReport",
+    "DiscoverReport",
+    "LabReport",
+    "LabUnknownReport",
+    "Out",
+    "PowerReport",
+    "RenderReport",
+    "RunReport",
+    "UpEvent",
+    "UpReport",
+    "ValidateReport",
+    "bmc_report",
+    "check_report",
+    "discover_report",
+    "dump",
+    "json_schemas",
+    "lab_report",
+    "lab_unknown_report",
+    "power_report",
+    "run_report",
+    "site_report",
+    "switches_report",
+    "up_event",
+    "up_report",
+    "validate_report",
+]
 
-RESULTS: tuple[type[Out], ...] = workflow.RESULTS + site.RESULTS + fabric.RESULTS
+RESULTS: tuple[type[Out], ...] = (workflow.RESULTS + site.RESULTS + fabric.RESULTS
+                                  + discover.RESULTS)
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:
