@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from provisioner.console import Console
-from provisioner.results.discover import DiscoverReport
+from provisioner.results.discover import AddReport, DiscoverReport
 
 
 def discover_table(out: Console, report: DiscoverReport) -> None:
@@ -31,3 +31,25 @@ def discover_table(out: Console, report: DiscoverReport) -> None:
     out.info(f"{len(report.nodes)} new BMC(s) recorded as discovered; "
              f"{report.known_skipped} known skipped; login: {report.credentials}. "
              "Next: provision add --discovered ID")
+
+
+def add_summary(out: Console, report: AddReport) -> None:
+    """Where the node goes, the budgets after it, the diff, and what happened to it."""
+    conf = f" ({report.confidence:.0%} fingerprint)" if report.confidence is not None else ""
+    out.info(f"[bold]{report.hostname}[/]: {report.block}{conf} in rack {report.rack} at "
+             f"U{report.u}; BMC {report.bmc_address}"
+             + (f":{report.bmc_port}" if report.bmc_port else ""))
+    addrs = ", ".join(f"{k} {v}" for k, v in report.addresses.items())
+    out.info(f"  addresses: {addrs}")
+    for link in report.links:
+        out.info(f"  {link.nic}: {link.switch} {link.switch_port}")
+    for r in report.racks:
+        if r.rack == report.rack:
+            out.info(f"  rack {r.rack} after: {r.load_w_after:,.0f} W of "
+                     f"{r.usable_va:,.0f} VA usable per feed, cooling {r.cooling_limit_w:,.0f} W")
+    out.out.print(escape(report.diff), end="")
+    if report.applied:
+        out.info(f"written to {report.file}; {report.hostname} enrolled")
+    elif report.patch:
+        out.info(f"not written (no --yes); the change is in {report.patch} "
+                 f"(git apply, or patch -p1 in the site directory)")

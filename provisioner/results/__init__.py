@@ -13,8 +13,10 @@ from typing import Any
 from provisioner.results import discover, fabric, site, workflow
 from provisioner.results.base import Out, dump, schema_id
 from provisioner.results.discover import (
+    AddReport,
     DiscoverReport,
     LabUnknownReport,
+    add_report,
     discover_report,
     lab_unknown_report,
 )
@@ -44,6 +46,7 @@ from provisioner.results.workflow import (
 )
 
 __all__ = [
+    "AddReport",
     "Artifact",
     "ArtifactsReport",
     "BmcReport",
@@ -58,6 +61,7 @@ __all__ = [
     "UpEvent",
     "UpReport",
     "ValidateReport",
+    "add_report",
     "bmc_report",
     "check_report",
     "discover_report",

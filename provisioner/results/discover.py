@@ -1,4 +1,5 @@
-"""JSON of `provision discover` and `provision lab add-unknown` (plug-and-play, issue 13)."""
+"""JSON of `provision discover`, `provision add` and `provision lab add-unknown`
+(plug-and-play, issue 13)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from provisioner.results.base import Out
+from provisioner.results.workflow import UpReport
 
 if TYPE_CHECKING:
     from provisioner.discover import DiscoverResult
+    from provisioner.discover.add import AddResult
     from provisioner.lab.unknown import UnknownNode
 
 
@@ -90,3 +93,58 @@ def lab_unknown_report(site: str, node: UnknownNode) -> LabUnknownReport:
 
 
 RESULTS: tuple[type[Out], ...] = (DiscoverReport, LabUnknownReport)
+
+
+class AddLink(Out):
+    nic: str
+    switch: str
+    switch_port: str
+
+
+class AddRack(Out):
+    rack: str
+    u: int | None
+    fits: bool
+    load_w_after: float
+    usable_va: float
+    cooling_limit_w: float
+    problems: list[str]
+
+
+class AddReport(Out):
+    schema_: Literal["provisioner.add/v1"] = Field("provisioner.add/v1", alias="schema")
+    site: str
+    discovered_id: str | None
+    hostname: str
+    block: str
+    confidence: float | None  # the fingerprint's; null when --block named it
+    rack: str
+    u: int
+    addresses: dict[str, str]
+    macs: dict[str, str]
+    bmc_address: str
+    bmc_port: int | None
+    links: list[AddLink]
+    racks: list[AddRack]  # every rack looked at, with its budget after the addition
+    file: str  # the inventory file changed (relative to the site)
+    diff: str  # unified diff of that file
+    applied: bool
+    patch: str | None  # where the diff was written for review (without --yes)
+    up: UpReport | None = None  # the bring-up of the new node alone (--yes without --no-up)
+
+
+def add_report(site: str, result: AddResult, block_named: bool) -> AddReport:
+    p = result.proposal
+    return AddReport(
+        site=site, discovered_id=result.source.id, hostname=p.hostname, block=p.block,
+        confidence=None if block_named else result.source.confidence, rack=p.rack, u=p.u,
+        addresses=p.addresses, macs=p.macs, bmc_address=p.bmc.address, bmc_port=p.bmc.port,
+        links=[AddLink(nic=n, switch=s, switch_port=port) for n, s, port in p.links],
+        racks=[AddRack(rack=f.rack, u=f.u, fits=f.ok, load_w_after=f.load_w_after,
+                       usable_va=f.usable_va, cooling_limit_w=f.cooling_limit_w,
+                       problems=list(f.failures)) for f in p.checked],
+        file=result.change.display, diff=result.change.diff, applied=result.applied,
+        patch=str(result.patch) if result.patch else None)
+
+
+RESULTS = (*RESULTS, AddReport)

@@ -1,0 +1,154 @@
+"""`provision add`: turn one discovered (or named) BMC into an inventory node.
+
+The node's block comes from discovery's fingerprint (or --block); place.py chooses the rack,
+U, host name, addresses and switch ports within the budgets; writeback.py makes the
+inventory change. The changed site is loaded and checked with the site's own loader and
+checks on a scratch copy before anything is written: a change that adds an inventory error
+is refused. With `apply`, the file is replaced and the node moves discovered -> enrolled in
+the state store (its discovery id is kept in the event), ready for `up --limit`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provisioner import discover as discover_mod
+from provisioner.discover import place, writeback
+from provisioner.errors import ConfigError, InventoryError, StateError
+from provisioner.inventory import checks, load
+from provisioner.inventory.findings import Severity
+from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.models import Bmc, Tls
+from provisioner.lifecycle import Phase
+from provisioner.state import StateStore
+
+
+@dataclass(frozen=True)
+class Source:
+    """What is known of the new node before placement (from discovery's event)."""
+
+    id: str | None  # the discovered id, when it came from the state store
+    bmc: Bmc
+    block: str | None
+    confidence: float | None
+    reasons: tuple[str, ...]
+    mgmt_mac: str | None
+    serial: str | None
+
+
+@dataclass
+class AddResult:
+    source: Source
+    proposal: place.Proposal
+    change: writeback.Change
+    applied: bool
+    patch: Path | None = None
+
+
+def from_discovered(store: StateStore, ident: str, credentials: str) -> Source:
+    """The discovered node's endpoint, facts and block, from its discovery event."""
+    try:
+        st = store.node(ident)
+    except StateError:
+        raise ConfigError(f"--discovered {ident}: no such discovered node",
+                          hint="`provision discover` lists them") from None
+    if st.phase is not Phase.DISCOVERED:
+        raise ConfigError(f"--discovered {ident} is {st.phase.value}, not discovered "
+                          "(added already?)")
+    events = store.events(ident)
+    added = [e for e in events if e.kind == "added"]
+    if added:
+        raise ConfigError(f"--discovered {ident} was added already as "
+                          f"{added[-1].detail.get('hostname')}")
+    seen = [e for e in events if e.kind == "discovery"]
+    if not seen:
+        raise ConfigError(f"--discovered {ident}: no discovery record",
+                          hint="run `provision discover` again")
+    return _source(ident, seen[-1].detail, credentials)
+
+
+def _source(ident: str | None, d: Mapping[str, Any], credentials: str) -> Source:
+    ep = d["bmc"]
+    scheme = ep.get("scheme") or "https"
+    default_port = 623 if ep["protocol"] == "ipmi" else 443 if scheme == "https" else 80
+    facts = d.get("facts") or {}
+    macs = facts.get("macs") or []
+    return Source(
+        id=ident,
+        bmc=Bmc(protocol=ep["protocol"], address=ep["address"],
+                port=None if ep["port"] == default_port else ep["port"],
+                scheme=scheme if ep["protocol"] == "redfish" else "https",
+                credentials=credentials),
+        block=d.get("block"), confidence=d.get("confidence"),
+        reasons=tuple(d.get("reasons") or ()),
+        mgmt_mac=d.get("lease_mac") or (macs[0] if macs else None),
+        serial=facts.get("serial"))
+
+
+def from_bmc(loaded: LoadedSite, env: Mapping[str, str], store: StateStore,
+             plan: discover_mod.ProbePlan, credentials: str | None, tls: Tls) -> Source:
+    """Discover the one address now (probe, facts, fingerprint, recorded as discovered)."""
+    found = discover_mod.discover(loaded, env, store, plan, credentials=credentials, tls=tls)
+    if not found.nodes:
+        raise ConfigError(f"--bmc {plan.addresses[0]}: no BMC the inventory does not "
+                          "already know answers there",
+                          hint="check the address, --scheme and --redfish-port")
+    node = found.nodes[0]
+    if node.error:
+        raise ConfigError(f"--bmc {plan.addresses[0]}: {node.error}")
+    return from_discovered(store, node.id, found.credentials or "")
+
+
+def _checked(loaded: LoadedSite, change: writeback.Change) -> None:
+    """Load and check the changed site on a scratch copy; refuse new errors."""
+    before = {(f.code, f.message) for f in checks.check(loaded)
+              if f.severity is Severity.ERROR}
+    with tempfile.TemporaryDirectory(prefix="provision-add-") as tmp:
+        base = loaded.base_dir
+        copy = Path(tmp) / "site"
+        shutil.copytree(base, copy, ignore=shutil.ignore_patterns(".*", "_*"))
+        rel = change.path.resolve().relative_to(base.resolve())
+        (copy / rel).write_text(change.after)
+        grown = load(copy if loaded.root.is_dir() else copy / loaded.root.name)
+        new = [f for f in checks.check(grown) if f.severity is Severity.ERROR
+               and (f.code, f.message) not in before]
+    if new:
+        raise InventoryError(f"adding the node would make the inventory invalid: "
+                             f"{new[0].message}; nothing was written", findings=new)
+
+
+def add(loaded: LoadedSite, store: StateStore, source: Source, *, block: str | None = None,
+        rack: str | None = None, u: int | None = None, name: str | None = None,
+        apply: bool = False) -> AddResult:
+    """Propose the node's place and inventory change; with `apply`, write and enroll it."""
+    chosen = block or source.block
+    if chosen is None:
+        raise ConfigError(
+            "the node's shape matches no catalog block"
+            + (f" ({'; '.join(source.reasons[:3])})" if source.reasons else ""),
+            hint="name its block with --block after checking `provision catalog`")
+    proposal = place.propose(loaded.site, loaded.catalog, chosen, source.bmc,
+                             mgmt_mac=source.mgmt_mac, rack=rack, u=u, name=name)
+    change = writeback.plan_change(loaded, proposal)
+    _checked(loaded, change)
+    result = AddResult(source, proposal, change, applied=False)
+    if not apply:
+        return result
+    writeback.apply(change)
+    result.applied = True
+    run_id = store.start_run(f"add {proposal.hostname}")
+    try:
+        detail = {"discovered_as": source.id, "rack": proposal.rack, "u": proposal.u,
+                  "block": proposal.block, "file": change.display}
+        store.enroll([proposal.hostname], run_id, phase=Phase.DISCOVERED)
+        store.transition(proposal.hostname, Phase.ENROLLED, run_id=run_id, detail=detail)
+        if source.id is not None:
+            store.record(source.id, "added", {"hostname": proposal.hostname}, run_id)
+    finally:
+        store.end_run(run_id, "ok")
+    return result
