@@ -1,11 +1,14 @@
 """Write a new placement into the site's YAML as a minimal, reviewable change.
 
-ruamel.yaml's round-trip mode loads the one file that holds the target rack's placements
-and keeps its comments, key order, quoting and flow style; the new entry is inserted right
-after that rack's last placement (so no existing node's rule-made switch port, which
-counts nodes in placement order, moves) and styled like its neighbour. The result is
-checked to be a pure addition (no existing line changed) before anything is written, and
-re-loaded with the site's own loader by the caller. Nothing here prints.
+The one file that holds the target rack's placements is parsed with ruamel.yaml's
+round-trip loader (line numbers, indentation, flow style); the new entry is rendered by
+ruamel.yaml in the file's style (flow maps stay flow, MACs quoted) and its lines are
+spliced in right after that rack's last placement, so no existing node's rule-made switch
+port (the rules count nodes in placement order) moves and every existing line, comment and
+blank line stays byte for byte. The whole document is not re-dumped: a round-trip dump
+still moves a comment that trails the last item (ruamel attaches it to that item) to
+before the new one. The result is checked to be a pure addition before anything is
+written; the caller re-loads and checks the grown site. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -65,9 +68,9 @@ def _yaml(indent: int | None, block_seq_indent: int | None) -> YAML:
     return yaml
 
 
-def _flowed(value: dict[str, Any], like: Any) -> CommentedMap:
+def _flowed(value: dict[str, Any], like: Any, default_flow: bool = False) -> CommentedMap:
     out = CommentedMap(value)
-    if isinstance(like, CommentedMap) and like.fa.flow_style():
+    if (like.fa.flow_style() if isinstance(like, CommentedMap) else default_flow):
         out.fa.set_flow_style()
     return out
 
@@ -105,8 +108,9 @@ def _entry(p: Proposal, items: CommentedSeq) -> CommentedMap:
     node["addresses"] = _flowed(p.addresses, like("addresses"))
     if p.macs:
         # Quoted: a MAC of digits only would read as a base-60 number under YAML 1.1.
+        flow = isinstance(node["addresses"], CommentedMap) and node["addresses"].fa.flow_style()
         node["macs"] = _flowed({k: DoubleQuotedScalarString(v) for k, v in p.macs.items()},
-                               like("macs"))
+                               like("macs"), default_flow=flow)
     entry = CommentedMap()
     entry["rack"] = p.rack
     entry["u"] = p.u
@@ -115,8 +119,25 @@ def _entry(p: Proposal, items: CommentedSeq) -> CommentedMap:
     return entry
 
 
+def _boundary(lines: list[str], item_line: int, next_line: int | None) -> int:
+    """Index of the line after the item's last content line: up to the next item (or the
+    next top-level key, or the end), less the comments and blank lines before it, which
+    belong to what follows."""
+    stop = next_line if next_line is not None else next(
+        (i for i in range(item_line + 1, len(lines))
+         if lines[i][:1] not in ("", " ", "\t", "#", "-")), len(lines))
+    while stop > item_line + 1 and lines[stop - 1].strip()[:1] in ("", "#"):
+        stop -= 1
+    return stop
+
+
 def plan_change(loaded: LoadedSite, proposal: Proposal) -> Change:
-    """The file text before and after adding the proposal's placement (nothing written)."""
+    """The file text before and after adding the proposal's placement (nothing written).
+
+    The file is parsed round-trip to find where the rack's last placement ends and to
+    render the new entry in the file's indentation and flow style; the entry's lines are
+    then spliced in, so every existing line, comment and blank line stays byte for byte.
+    """
     path = target_file(loaded, proposal.rack)
     before = path.read_text()
     _, indent, block_seq_indent = load_yaml_guess_indent(before)
@@ -125,21 +146,25 @@ def plan_change(loaded: LoadedSite, proposal: Proposal) -> Change:
     if not isinstance(doc, CommentedMap):
         raise InventoryError(f"{path}: the top level is not a mapping")
     items = doc.get("placements")
-    if items is None:
-        items = doc["placements"] = CommentedSeq()
-    if not isinstance(items, CommentedSeq):
-        raise InventoryError(f"{path}: placements is not a list")
+    if not isinstance(items, CommentedSeq) or not items:
+        raise InventoryError(f"{path}: placements is not a non-empty list",
+                             hint="add the node by hand with the values printed")
     last = max((i for i, p in enumerate(items)
                 if isinstance(p, CommentedMap) and p.get("rack") == proposal.rack),
                default=len(items) - 1)
-    items.insert(last + 1, _entry(proposal, items))
     buf = io.StringIO()
-    yaml.dump(doc, buf)
-    after = buf.getvalue()
+    yaml.dump({"placements": CommentedSeq([_entry(proposal, items)])}, buf)
+    entry_lines = buf.getvalue().splitlines(keepends=True)[1:]
+    lines = before.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    next_line = items.lc.item(last + 1)[0] if last + 1 < len(items) else None
+    at = _boundary([ln.rstrip("\n") for ln in lines], items.lc.item(last)[0], next_line)
+    after = "".join(lines[:at] + entry_lines + lines[at:])
     change = Change(path, _display(loaded, path), before, after)
     removed = [line for line in change.diff.splitlines()[2:]
                if line.startswith("-")]
-    if removed:
+    if removed:  # a guard: the splice above only adds lines
         raise InventoryError(
             f"{path}: adding the node would also change {len(removed)} existing line(s) "
             f"(first: {removed[0][1:].strip()!r}); nothing was written",
