@@ -2,28 +2,30 @@
 
 The node's block comes from discovery's fingerprint (or --block); place.py chooses the rack,
 U, host name, addresses and switch ports within the budgets; writeback.py makes the
-inventory change. The changed site is loaded and checked with the site's own loader and
-checks on a scratch copy before anything is written: a change that adds an inventory error
-is refused. With `apply`, the file is replaced and the node moves discovered -> enrolled in
-the state store (its discovery id is kept in the event), ready for `up --limit`.
+inventory change. Before anything is written, the added text must read back as the
+proposed placement and the grown site must pass the site's own checks with no new error.
+With `apply`, the file is replaced and the node moves discovered -> enrolled in the state
+store (its discovery id is kept in the event), ready for `up --limit`.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
+import dataclasses
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from provisioner import discover as discover_mod
 from provisioner.discover import place, writeback
 from provisioner.errors import ConfigError, InventoryError, StateError
-from provisioner.inventory import checks, load
+from provisioner.inventory import checks
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.models import Bmc, Tls
+from provisioner.inventory.models import Bmc, Placement, Tls
 from provisioner.lifecycle import Phase
 from provisioner.state import StateStore
 
@@ -104,19 +106,29 @@ def from_bmc(loaded: LoadedSite, env: Mapping[str, str], store: StateStore,
     return from_discovered(store, node.id, found.credentials or "")
 
 
-def _checked(loaded: LoadedSite, change: writeback.Change) -> None:
-    """Load and check the changed site on a scratch copy; refuse new errors."""
+def _checked(loaded: LoadedSite, proposal: place.Proposal,
+             change: writeback.Change) -> None:
+    """The text added parses (YAML 1.1, as the loader reads it) to exactly the proposed
+    placement, and the site grown by it has no error it did not have: refused otherwise.
+
+    The grown site is checked in memory (the site's own checks, on the site as loaded plus
+    the new placement), not re-parsed: re-reading a 1,000-node site would double the cost
+    of an addition for nothing the first two checks do not already prove.
+    """
+    added = "".join(line[1:] for line in change.diff.splitlines(keepends=True)[2:]
+                    if line.startswith("+"))
+    parsed = yaml.safe_load(textwrap.dedent(added))
+    if not (isinstance(parsed, list) and len(parsed) == 1
+            and Placement.model_validate(parsed[0]) == proposal.placement()):
+        raise InventoryError(f"{change.display}: the text to add does not read back as the "
+                             "proposed placement; nothing was written")
     before = {(f.code, f.message) for f in checks.check(loaded)
               if f.severity is Severity.ERROR}
-    with tempfile.TemporaryDirectory(prefix="provision-add-") as tmp:
-        base = loaded.base_dir
-        copy = Path(tmp) / "site"
-        shutil.copytree(base, copy, ignore=shutil.ignore_patterns(".*", "_*"))
-        rel = change.path.resolve().relative_to(base.resolve())
-        (copy / rel).write_text(change.after)
-        grown = load(copy if loaded.root.is_dir() else copy / loaded.root.name)
-        new = [f for f in checks.check(grown) if f.severity is Severity.ERROR
-               and (f.code, f.message) not in before]
+    site = loaded.site.model_copy(
+        update={"placements": (*loaded.site.placements, proposal.placement())})
+    grown = dataclasses.replace(loaded, site=site)
+    new = [f for f in checks.check(grown) if f.severity is Severity.ERROR
+           and (f.code, f.message) not in before]
     if new:
         raise InventoryError(f"adding the node would make the inventory invalid: "
                              f"{new[0].message}; nothing was written", findings=new)
@@ -135,7 +147,7 @@ def add(loaded: LoadedSite, store: StateStore, source: Source, *, block: str | N
     proposal = place.propose(loaded.site, loaded.catalog, chosen, source.bmc,
                              mgmt_mac=source.mgmt_mac, rack=rack, u=u, name=name)
     change = writeback.plan_change(loaded, proposal)
-    _checked(loaded, change)
+    _checked(loaded, proposal, change)
     result = AddResult(source, proposal, change, applied=False)
     if not apply:
         return result

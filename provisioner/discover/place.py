@@ -129,8 +129,11 @@ def choose_rack(site: Site, catalog: Mapping[str, BlockType], block: BlockType,
     if rack is not None and rack not in racks:
         raise ConfigError(f"--rack {rack!r}: no such rack",
                           hint=f"racks: {', '.join(racks)}")
-    checked = tuple(fit(r, site.placements, catalog, block, u if r.name == rack else None)
-                    for r in site.racks)
+    by_rack: dict[str, list[Placement]] = {}
+    for p in site.placements:  # one pass: a site may have thousands of chassis
+        by_rack.setdefault(p.rack, []).append(p)
+    checked = tuple(fit(r, by_rack.get(r.name, []), catalog, block,
+                        u if r.name == rack else None) for r in site.racks)
     by_name = {f.rack: f for f in checked}
     if rack is not None:
         mine = by_name[rack]

@@ -1,14 +1,15 @@
 """Write a new placement into the site's YAML as a minimal, reviewable change.
 
-The one file that holds the target rack's placements is parsed with ruamel.yaml's
-round-trip loader (line numbers, indentation, flow style); the new entry is rendered by
-ruamel.yaml in the file's style (flow maps stay flow, MACs quoted) and its lines are
-spliced in right after that rack's last placement, so no existing node's rule-made switch
-port (the rules count nodes in placement order) moves and every existing line, comment and
-blank line stays byte for byte. The whole document is not re-dumped: a round-trip dump
-still moves a comment that trails the last item (ruamel attaches it to that item) to
-before the new one. The result is checked to be a pure addition before anything is
-written; the caller re-loads and checks the grown site. Nothing here prints.
+The change goes into the file that holds the target rack's placements, right after that
+rack's last placement, so no existing node's rule-made switch port (the rules count nodes
+in placement order) moves. Where that placement ends, and the file's style (flow or block
+maps, the indentation of `nodes:`), come from the node tree the site was loaded with; the
+new entry is rendered by ruamel.yaml (round-trip types: flow maps, quoted MACs) and its
+lines are spliced into the text. Every existing line, comment, blank line and quote stays
+byte for byte; the whole document is never re-dumped (a round-trip dump moves a comment
+that trails the last item, and a round-trip parse of a 1,000-node file takes seconds).
+The result is checked to be a pure addition before anything is written; the caller
+re-loads and checks the grown site. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
-from ruamel.yaml.util import load_yaml_guess_indent
 
 from provisioner.discover.place import Proposal
 from provisioner.errors import InventoryError
@@ -44,56 +45,84 @@ class Change:
             fromfile=f"a/{self.display}", tofile=f"b/{self.display}"))
 
 
-def target_file(loaded: LoadedSite, rack: str) -> Path:
-    """The file whose placements hold the rack's last chassis (else the last file with
-    placements, else the one with racks)."""
-    segs = loaded.sources.segments.get("placements") or loaded.sources.segments.get("racks")
+def _segment(loaded: LoadedSite, rack: str) -> Any:  # loader's _Segment
+    """The placements of the file that holds the rack's last chassis (else the last file
+    with placements)."""
+    segs = loaded.sources.segments.get("placements")
     if not segs:
-        raise InventoryError("the site has neither placements nor racks to add to")
+        raise InventoryError("the site has no placements to add to",
+                             hint="add the node by hand with the values printed")
     chosen = segs[-1]
     for seg in segs:
-        items = getattr(seg.value_node, "value", [])
-        n = len(items) if isinstance(items, list) else 0
+        n = len(_items(seg))
         if any(p.rack == rack for p in loaded.site.placements[seg.offset:seg.offset + n]):
             chosen = seg
-    return Path(chosen.file)
+    return chosen
 
 
-def _yaml(indent: int | None, block_seq_indent: int | None) -> YAML:
-    yaml = YAML(typ="rt")
-    yaml.preserve_quotes = True
-    yaml.width = 4096  # never re-wrap an existing long line
-    offset = block_seq_indent or 0
-    yaml.indent(mapping=2, sequence=max(indent or 2, offset + 2), offset=offset)
-    return yaml
+def _items(seg: Any) -> list[yaml.Node]:
+    value = seg.value_node.value if isinstance(seg.value_node, yaml.SequenceNode) else []
+    return list(value)
 
 
-def _flowed(value: dict[str, Any], like: Any, default_flow: bool = False) -> CommentedMap:
+def _get(node: yaml.Node | None, key: str) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode) and k.value == key:
+                found: yaml.Node = v
+                return found
+    return None
+
+
+def _style(loaded: LoadedSite, block: str) -> tuple[dict[str, bool], int, int]:
+    """The site's own styling, read from the loader's node tree: flow or block per node
+    key (a node of the same block first), and the nested sequence indent and dash offset
+    under `nodes:`."""
+    flow: dict[str, bool] = {}
+    seq, offset = 4, 2
+    found_same = False
+    for seg in loaded.sources.segments.get("placements", []):
+        for i, item in enumerate(_items(seg)):
+            same = loaded.site.placements[seg.offset + i].block == block
+            if found_same and not same:
+                continue
+            nodes = _get(item, "nodes")
+            first = nodes.value[0] if isinstance(nodes, yaml.SequenceNode) and nodes.value \
+                else None
+            if not isinstance(first, yaml.MappingNode) or nodes is None:
+                continue
+            key = next(k for k, v in item.value if v is nodes)
+            offset = max(0, first.start_mark.column - 2 - key.start_mark.column)
+            seq = offset + 2
+            for k, v in first.value:
+                if isinstance(v, yaml.MappingNode) and (same or k.value not in flow):
+                    flow[k.value] = bool(v.flow_style)
+            found_same = found_same or same
+    return flow, seq, offset
+
+
+def _render(entry: CommentedMap, dash_column: int, seq: int, offset: int) -> list[str]:
+    """The entry as list-item lines whose dash is at `dash_column`."""
+    out = YAML(typ="rt")
+    out.width = 4096
+    out.indent(mapping=2, sequence=seq, offset=offset)
+    buf = io.StringIO()
+    out.dump(CommentedSeq([entry]), buf)
+    lines = buf.getvalue().splitlines(keepends=True)
+    shift = dash_column - (len(lines[0]) - len(lines[0].lstrip(" ")))
+    return [(" " * shift + ln) if shift >= 0 else ln[-shift:] for ln in lines]
+
+
+def _flowed(value: dict[str, Any], flow: bool) -> CommentedMap:
     out = CommentedMap(value)
-    if (like.fa.flow_style() if isinstance(like, CommentedMap) else default_flow):
+    if flow:
         out.fa.set_flow_style()
     return out
 
 
-def _like(items: CommentedSeq, block: str, key: str) -> Any:
-    """The file's own styling for `key` of a node: a node of the same block first."""
-    found = None
-    for p in items:
-        nodes = p.get("nodes") if isinstance(p, CommentedMap) else None
-        for n in nodes if isinstance(nodes, CommentedSeq) else []:
-            if isinstance(n, CommentedMap) and key in n:
-                if p.get("block") == block:
-                    return n[key]
-                found = found if found is not None else n[key]
-    return found
-
-
-def _entry(p: Proposal, items: CommentedSeq) -> CommentedMap:
+def _entry(p: Proposal, flow: dict[str, bool]) -> CommentedMap:
     """The new placement, styled like the file's nodes (flow maps stay flow)."""
-
-    def like(key: str) -> Any:
-        return _like(items, p.block, key)
-
+    default = flow.get("addresses", flow.get("bmc", True))
     bmc: dict[str, Any] = {"protocol": p.bmc.protocol.value, "address": p.bmc.address}
     if p.bmc.port is not None:
         bmc["port"] = p.bmc.port
@@ -104,13 +133,12 @@ def _entry(p: Proposal, items: CommentedSeq) -> CommentedMap:
     bmc["credentials"] = p.bmc.credentials
     node = CommentedMap()
     node["hostname"] = p.hostname
-    node["bmc"] = _flowed(bmc, like("bmc"))
-    node["addresses"] = _flowed(p.addresses, like("addresses"))
+    node["bmc"] = _flowed(bmc, flow.get("bmc", default))
+    node["addresses"] = _flowed(p.addresses, flow.get("addresses", default))
     if p.macs:
         # Quoted: a MAC of digits only would read as a base-60 number under YAML 1.1.
-        flow = isinstance(node["addresses"], CommentedMap) and node["addresses"].fa.flow_style()
         node["macs"] = _flowed({k: DoubleQuotedScalarString(v) for k, v in p.macs.items()},
-                               like("macs"), default_flow=flow)
+                               flow.get("macs", default))
     entry = CommentedMap()
     entry["rack"] = p.rack
     entry["u"] = p.u
@@ -134,33 +162,35 @@ def _boundary(lines: list[str], item_line: int, next_line: int | None) -> int:
 def plan_change(loaded: LoadedSite, proposal: Proposal) -> Change:
     """The file text before and after adding the proposal's placement (nothing written).
 
-    The file is parsed round-trip to find where the rack's last placement ends and to
-    render the new entry in the file's indentation and flow style; the entry's lines are
-    then spliced in, so every existing line, comment and blank line stays byte for byte.
+    Where the rack's last placement ends comes from the node tree the site was loaded with
+    (no second parse: a round-trip parse of a 1,000-node file takes seconds); the new entry
+    is rendered by ruamel.yaml in the file's indentation and flow style, and its lines are
+    spliced in, so every existing line, comment and blank line stays byte for byte.
     """
-    path = target_file(loaded, proposal.rack)
+    seg = _segment(loaded, proposal.rack)
+    path = Path(seg.file)
     before = path.read_text()
-    _, indent, block_seq_indent = load_yaml_guess_indent(before)
-    yaml = _yaml(indent, block_seq_indent)
-    doc = yaml.load(before)
-    if not isinstance(doc, CommentedMap):
-        raise InventoryError(f"{path}: the top level is not a mapping")
-    items = doc.get("placements")
-    if not isinstance(items, CommentedSeq) or not items:
-        raise InventoryError(f"{path}: placements is not a non-empty list",
+    items = _items(seg)
+    if not items:
+        raise InventoryError(f"{path}: placements is an empty list",
                              hint="add the node by hand with the values printed")
-    last = max((i for i, p in enumerate(items)
-                if isinstance(p, CommentedMap) and p.get("rack") == proposal.rack),
+    racks = [p.rack for p in loaded.site.placements[seg.offset:seg.offset + len(items)]]
+    last = max((i for i, r in enumerate(racks) if r == proposal.rack),
                default=len(items) - 1)
-    buf = io.StringIO()
-    yaml.dump({"placements": CommentedSeq([_entry(proposal, items)])}, buf)
-    entry_lines = buf.getvalue().splitlines(keepends=True)[1:]
+
+    def line_of(node: yaml.Node) -> int:  # 0-based, as an editor counts lines
+        return loaded.sources.position(seg.file, node.start_mark)[0] - 1
+
     lines = before.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    next_line = items.lc.item(last + 1)[0] if last + 1 < len(items) else None
-    at = _boundary([ln.rstrip("\n") for ln in lines], items.lc.item(last)[0], next_line)
-    after = "".join(lines[:at] + entry_lines + lines[at:])
+    start = line_of(items[last])
+    dash = lines[start].index("-") if "-" in lines[start] else 0
+    flow, seq, offset = _style(loaded, proposal.block)
+    next_line = line_of(items[last + 1]) if last + 1 < len(items) else None
+    at = _boundary([ln.rstrip("\n") for ln in lines], start, next_line)
+    entry = _render(_entry(proposal, flow), dash, seq, offset)
+    after = "".join(lines[:at] + entry + lines[at:])
     change = Change(path, _display(loaded, path), before, after)
     removed = [line for line in change.diff.splitlines()[2:]
                if line.startswith("-")]
