@@ -29,6 +29,10 @@ from provisioner.inventory.models import Tls
 from provisioner.state import StateStore
 from provisioner.workflows import up as up_mod
 
+LAB_JOIN_NOTE = ("lab: the cluster side of the join (a join token from the first control "
+                 "plane, kubeadm join, the node's labels) is skipped by its needs_cluster tag: "
+                 "there is no Kubernetes API server in the lab")
+
 
 @handle_errors
 def add(
@@ -93,16 +97,22 @@ def add(
         source = add_mod.from_bmc(loaded, os.environ, store, plan, login,
                                   Tls(verify=not insecure))
     result = add_mod.add(loaded, store, source, block=block, rack=rack, u=u, name=name,
-                         apply=yes)
+                         credentials=credentials, apply=yes)
     if not yes:
         result.patch = patch or Path(f"add-{result.proposal.hostname}.patch")
         writeback.write_patch(result.change, result.patch)
     report = results.add_report(loaded.site.site.name, result, block_named=block is not None)
     out = console(json_out)
     code = ExitCode.OK
+    host = result.proposal.hostname
+    if yes and prof.lab:
+        from provisioner.lab import unknown
+
+        bmc_ep = result.proposal.bmc
+        unknown.adopt(load(resolve_site(site)), host, bmc_ep.address,
+                      bmc_ep.endpoint_key()[1])
     if yes and not no_up:
         grown = load(resolve_site(site))
-        host = result.proposal.hostname
         with graceful_stop("stopping: `provision up --limit " + host + "` resumes",
                            "aborting") as stop, out.up_progress(
                 [host], live=False, json_events=False) as progress:
@@ -115,6 +125,8 @@ def add(
         if not json_out:
             add_summary(out, report)
             out.up_result(up)
+            if up.lab:
+                out.info(LAB_JOIN_NOTE)
     elif not json_out:
         add_summary(out, report)
     if json_out:

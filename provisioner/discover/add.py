@@ -136,15 +136,21 @@ def _checked(loaded: LoadedSite, proposal: place.Proposal,
 
 def add(loaded: LoadedSite, store: StateStore, source: Source, *, block: str | None = None,
         rack: str | None = None, u: int | None = None, name: str | None = None,
-        apply: bool = False) -> AddResult:
-    """Propose the node's place and inventory change; with `apply`, write and enroll it."""
+        credentials: str | None = None, apply: bool = False) -> AddResult:
+    """Propose the node's place and inventory change; with `apply`, write and enroll it.
+
+    The BMC's credentials entry written is `credentials`, else the one the site's files
+    give its other BMCs (not the lab's login, which only the lab's overlay defines)."""
     chosen = block or source.block
     if chosen is None:
         raise ConfigError(
             "the node's shape matches no catalog block"
             + (f" ({'; '.join(source.reasons[:3])})" if source.reasons else ""),
             hint="name its block with --block after checking `provision catalog`")
-    proposal = place.propose(loaded.site, loaded.catalog, chosen, source.bmc,
+    written = credentials or writeback.file_credentials(loaded, chosen) \
+        or source.bmc.credentials
+    bmc = source.bmc.model_copy(update={"credentials": written})
+    proposal = place.propose(loaded.site, loaded.catalog, chosen, bmc,
                              mgmt_mac=source.mgmt_mac, rack=rack, u=u, name=name)
     change = writeback.plan_change(loaded, proposal)
     _checked(loaded, proposal, change)

@@ -101,6 +101,22 @@ def _style(loaded: LoadedSite, block: str) -> tuple[dict[str, bool], int, int]:
     return flow, seq, offset
 
 
+def file_credentials(loaded: LoadedSite, block: str) -> str | None:
+    """The credentials name the site's files give a BMC (a node of the same block first),
+    as written: while the lab runs, the loaded site carries the lab's login instead."""
+    found = None
+    for seg in loaded.sources.segments.get("placements", []):
+        for i, item in enumerate(_items(seg)):
+            nodes = _get(item, "nodes")
+            for node in nodes.value if isinstance(nodes, yaml.SequenceNode) else []:
+                name = _get(_get(node, "bmc"), "credentials")
+                if isinstance(name, yaml.ScalarNode):
+                    if loaded.site.placements[seg.offset + i].block == block:
+                        return str(name.value)
+                    found = found or str(name.value)
+    return found
+
+
 def _render(entry: CommentedMap, dash_column: int, seq: int, offset: int) -> list[str]:
     """The entry as list-item lines whose dash is at `dash_column`."""
     out = YAML(typ="rt")

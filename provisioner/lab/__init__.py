@@ -297,6 +297,10 @@ def save(lab: Path, state: LabState) -> None:
     _save(lab, state)
 
 
+def write_overlay(loaded: LoadedSite, state: LabState) -> None:
+    _write_overlay(loaded, state, lab_dir(loaded) / "bmc-password")
+
+
 def _start_ipmi_sim(lab: Path, state: LabState, node: Node, port: int, password: str,
                     ctl: Path) -> subprocess.Popen[bytes]:
     d = lab / "ipmi" / node.hostname

@@ -19,6 +19,7 @@ from provisioner.errors import ConfigError
 from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import BlockKind
+from provisioner.lab import hosts as hosts_mod
 from provisioner.lab import procs, redfish_shape, shapes
 
 
@@ -102,4 +103,33 @@ def add_unknown(loaded: LoadedSite, block: str | None = None,
     node = UnknownNode(name=label, block=name, address=procs.LOOPBACK, port=shape_port,
                        scheme="http", system_id=sys_uuid, mgmt_mac=mac, serial=shape["serial"])
     _registry(lab).write_text(json.dumps([asdict(u) for u in [*known, node]], indent=2))
+    return node
+
+
+def adopt(loaded: LoadedSite, hostname: str, address: str, port: int) -> UnknownNode | None:
+    """The unknown node at this BMC endpoint is now `hostname` (`provision add` wrote it
+    into the site, `loaded`): the lab's overlay maps its BMC with the lab login, and when
+    the lab has SSH hosts, one more answers on its management address, so `up --limit`
+    can bring it up. None when no unknown node of this lab is at that endpoint."""
+    from provisioner import lab as lab_mod
+
+    node = next((u for u in started(loaded) if (u.address, u.port) == (address, port)),
+                None)
+    state = lab_mod.status(loaded)
+    if node is None or state is None:
+        return None
+    lab = lab_mod.lab_dir(loaded)
+    state.endpoints[hostname] = {"address": node.address, "port": node.port,
+                                 "scheme": node.scheme, "system_id": node.system_id}
+    if state.ssh_hosts and all(h.name != hostname for h in state.ssh_hosts):
+        plan, network, gateway = lab_mod.ssh_plan(loaded)
+        mgmt = dict(plan).get(hostname)
+        if mgmt is not None:
+            used = {int(h.netns.rsplit("-", 1)[-1][6:] or 0) for h in state.ssh_hosts}
+            host = hosts_mod.add_host(hostname, mgmt, network, gateway, lab / "ssh",
+                                      hosts_mod.ensure_rootfs(), state.ssh_tag,
+                                      max(used, default=-1) + 1)
+            state.ssh_hosts.append(host)
+    lab_mod.write_overlay(loaded, state)
+    lab_mod.save(lab, state)
     return node
