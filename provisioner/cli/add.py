@@ -119,14 +119,14 @@ def add(
             up = up_mod.up(grown, os.environ, up_mod.UpOptions(limit=host),
                            progress=progress, stop=stop, abort=stop.abort,
                            profile=profile_mod.for_site(grown))
+        if up.lab:
+            up.notes.append(LAB_JOIN_NOTE)
         report = report.model_copy(update={"up": results.up_report(up)})
         code = (ExitCode.INTERRUPTED if up.interrupted
                 else ExitCode.NODES_FAILED if up.failed else ExitCode.OK)
         if not json_out:
             add_summary(out, report)
             out.up_result(up)
-            if up.lab:
-                out.info(LAB_JOIN_NOTE)
     elif not json_out:
         add_summary(out, report)
     if json_out:
