@@ -97,7 +97,7 @@ def add(
         source = add_mod.from_bmc(loaded, os.environ, store, plan, login,
                                   Tls(verify=not insecure))
     result = add_mod.add(loaded, store, source, block=block, rack=rack, u=u, name=name,
-                         credentials=credentials, apply=yes)
+                         credentials=credentials, lab=prof.lab, apply=yes)
     if not yes:
         result.patch = patch or Path(f"add-{result.proposal.hostname}.patch")
         writeback.write_patch(result.change, result.patch)
@@ -108,9 +108,9 @@ def add(
     if yes and prof.lab:
         from provisioner.lab import unknown
 
-        bmc_ep = result.proposal.bmc
-        unknown.adopt(load(resolve_site(site)), host, bmc_ep.address,
-                      bmc_ep.endpoint_key()[1])
+        found_at = source.bmc  # the emulator's loopback endpoint discovery found
+        unknown.adopt(load(resolve_site(site)), host, found_at.address,
+                      found_at.endpoint_key()[1])
     if yes and not no_up:
         grown = load(resolve_site(site))
         with graceful_stop("stopping: `provision up --limit " + host + "` resumes",

@@ -11,6 +11,7 @@ store (its discovery id is kept in the event), ready for `up --limit`.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from provisioner.errors import ConfigError, InventoryError, StateError
 from provisioner.inventory import checks
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.models import Bmc, Placement, Tls
+from provisioner.inventory.models import Bmc, NetworkKind, Placement, Tls
 from provisioner.lifecycle import Phase
 from provisioner.state import StateStore
 
@@ -134,9 +135,30 @@ def _checked(loaded: LoadedSite, proposal: place.Proposal,
                              f"{new[0].message}; nothing was written", findings=new)
 
 
+def _lab_bmc(loaded: LoadedSite, proposal: place.Proposal) -> place.Proposal:
+    """In the lab the new BMC answers on loopback; the inventory gets the out-of-band
+    address a real one would have (the host number of its management address, the example
+    site's convention) and the lab's overlay maps the host to the emulator (lab/unknown)."""
+    nets = {n.kind: n for n in reversed(loaded.site.networks)}
+    oob, mgmt = nets.get(NetworkKind.OOB), nets.get(NetworkKind.MANAGEMENT)
+    try:
+        loopback = ipaddress.ip_address(proposal.bmc.address).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback or oob is None or mgmt is None or mgmt.name not in proposal.addresses:
+        return proposal
+    host_no = int(ipaddress.IPv4Address(proposal.addresses[mgmt.name])) \
+        - int(mgmt.cidr.network_address)
+    bmc = proposal.bmc.model_copy(update={
+        "address": str(oob.cidr.network_address + host_no), "port": None,
+        "scheme": "https"})
+    return dataclasses.replace(proposal, bmc=bmc)
+
+
 def add(loaded: LoadedSite, store: StateStore, source: Source, *, block: str | None = None,
         rack: str | None = None, u: int | None = None, name: str | None = None,
-        credentials: str | None = None, apply: bool = False) -> AddResult:
+        credentials: str | None = None, lab: bool = False, apply: bool = False
+        ) -> AddResult:
     """Propose the node's place and inventory change; with `apply`, write and enroll it.
 
     The BMC's credentials entry written is `credentials`, else the one the site's files
@@ -152,6 +174,8 @@ def add(loaded: LoadedSite, store: StateStore, source: Source, *, block: str | N
     bmc = source.bmc.model_copy(update={"credentials": written})
     proposal = place.propose(loaded.site, loaded.catalog, chosen, bmc,
                              mgmt_mac=source.mgmt_mac, rack=rack, u=u, name=name)
+    if lab:
+        proposal = _lab_bmc(loaded, proposal)
     change = writeback.plan_change(loaded, proposal)
     _checked(loaded, proposal, change)
     result = AddResult(source, proposal, change, applied=False)

@@ -69,7 +69,9 @@ def test_discover_fingerprint_add_and_bring_up_only_that_node(tmp_path_factory) 
         node = next(n for p in grown.site.placements for n in p.nodes if n.hostname == host)
         assert str(node.addresses["mgmt"]) == "10.250.0.23"
         # the inventory keeps the site's own login name, not the lab's
-        assert "credentials: bmc}" in (site / "placements.yaml").read_text().split(host)[1]
+        # a real BMC's place in the inventory: the OOB address, the site's own login name
+        assert "bmc: {protocol: redfish, address: 10.250.1.23, credentials: bmc}" \
+            in (site / "placements.yaml").read_text().split(host)[1]
 
         store = StateStore(state_path(grown))
         phases = {n.hostname: n.phase.value for n in store.nodes()}
