@@ -158,6 +158,11 @@ def served(sid: str, s: JSON, rest: str, chassis: bool) -> JSON | None:
 class _Handler(BaseHTTPRequestHandler):
     upstream_port = 0
     systems: ClassVar[dict[str, JSON]] = {}
+    # BootSourceOverrideEnabled as last set, per system: sushy-tools stores Target and Mode
+    # but always reports Continuous (TEST-PEERS.md); a shaped system reports its vendor, not
+    # "Sushy Emulator", so the driver's quirk for that does not apply, and the layer answers
+    # as a conforming BMC does: Once when Once was set.
+    override: ClassVar[dict[str, str]] = {}
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -211,6 +216,9 @@ class _Handler(BaseHTTPRequestHandler):
         if m_sys and not rest:
             doc = json.loads(data)
             doc.update(_system_extra(sid, s))
+            enabled = self.override.get(sid)
+            if enabled is not None and isinstance(doc.get("Boot"), dict):
+                doc["Boot"]["BootSourceOverrideEnabled"] = enabled
             doc.setdefault("Links", {})["Chassis"] = [{"@odata.id": f"{CHASSIS}{sid}"}]
             self._send(status, headers, json.dumps(doc).encode())
             return
@@ -220,7 +228,22 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(own)
 
-    do_POST = do_PATCH = do_PUT = do_DELETE = _forward
+    def do_PATCH(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        status, headers, data = self._upstream("PATCH", self.path, body)
+        m_sys = _SYS_PATH.match(self.path.split("?")[0].rstrip("/"))
+        if m_sys and not m_sys.group(2) and m_sys.group(1) in self.systems \
+                and 200 <= status < 300 and body:
+            try:
+                boot = json.loads(body).get("Boot") or {}
+            except (ValueError, AttributeError):
+                boot = {}
+            if isinstance(boot, dict) and boot.get("BootSourceOverrideEnabled"):
+                self.override[m_sys.group(1)] = str(boot["BootSourceOverrideEnabled"])
+        self._send(status, headers, data)
+
+    do_POST = do_PUT = do_DELETE = _forward
 
 
 def serve(config: JSON) -> list[ThreadingHTTPServer]:
@@ -228,7 +251,8 @@ def serve(config: JSON) -> list[ThreadingHTTPServer]:
     servers = []
     for listen, upstream in config["listen"]:
         handler = type("Handler", (_Handler,), {"upstream_port": int(upstream),
-                                                "systems": config["systems"]})
+                                                "systems": config["systems"],
+                                                "override": {}})
         server = ThreadingHTTPServer((HOST, int(listen)), handler)
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
