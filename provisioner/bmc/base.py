@@ -97,6 +97,8 @@ class HardwareFacts:
     nics: tuple[NicFact, ...] = ()
     psus: tuple[PsuFact, ...] = ()
     power_state: PowerState = PowerState.UNKNOWN
+    # NVSwitches the chassis links to; None: the BMC does not say (most do not).
+    nvswitch_count: int | None = None
 
     @property
     def gpu_count(self) -> int:

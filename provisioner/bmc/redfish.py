@@ -42,6 +42,7 @@ from provisioner.bmc.redfish_map import (
     choose_reset_type,
     facts_from,
     gpus_from_processors,
+    nvswitches_from,
     odata_ids,
     power_state,
     power_watts,
@@ -263,6 +264,7 @@ class RedfishDriver:
         interfaces = self._members(system.get("EthernetInterfaces"))
         pcie: list[JSON] = []
         psus: tuple[PsuFact, ...] = ()
+        nvswitches: int | None = None
         for chassis_path in self._chassis_paths(system)[:1]:
             chassis = self._get(chassis_path)
             if not gpus_from_processors(processors):
@@ -271,7 +273,8 @@ class RedfishDriver:
             subsystem = self._optional(chassis.get("PowerSubsystem"))
             sub_psus = self._members((subsystem or {}).get("PowerSupplies"))
             psus = psu_facts(power, sub_psus)
-        return facts_from(system, processors, interfaces, pcie, psus)
+            nvswitches = nvswitches_from(chassis)
+        return facts_from(system, processors, interfaces, pcie, psus, nvswitches)
 
     def _optional(self, link: JSON | None) -> JSON | None:
         if not link or "@odata.id" not in link:

@@ -189,9 +189,19 @@ def _psu(psu: JSON, capacity: Any) -> PsuFact:
                    healthy=None if health is None else health == "OK")
 
 
+def nvswitches_from(chassis: JSON) -> int | None:
+    """NVSwitches among the chassis' Links.Switches (Chassis v1.7+; HGX baseboards link the
+    NVLink fabric's switches there); None where the chassis links no switches at all."""
+    links = (chassis.get("Links") or {}).get("Switches")
+    if not isinstance(links, list):
+        return None
+    return sum(1 for link in links
+               if any(k in str(link.get("@odata.id", "")).lower() for k in ("nvswitch", "nvlink")))
+
+
 def facts_from(system: JSON, processors: Iterable[JSON] = (), interfaces: Iterable[JSON] = (),
-               pcie_devices: Iterable[JSON] = (), psus: tuple[PsuFact, ...] = ()
-               ) -> HardwareFacts:
+               pcie_devices: Iterable[JSON] = (), psus: tuple[PsuFact, ...] = (),
+               nvswitch_count: int | None = None) -> HardwareFacts:
     procs = list(processors)
     summary = system.get("ProcessorSummary") or {}
     memory = system.get("MemorySummary") or {}
@@ -207,6 +217,7 @@ def facts_from(system: JSON, processors: Iterable[JSON] = (), interfaces: Iterab
         cpu_model=summary.get("Model") or (cpu_models[0] if cpu_models else None),
         memory_gib=float(mem) if isinstance(mem, int | float) else None,
         gpus=gpus, nics=nic_facts(interfaces), psus=psus, power_state=power_state(system),
+        nvswitch_count=nvswitch_count,
     )
 
 

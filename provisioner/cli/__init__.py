@@ -9,7 +9,9 @@ import typer
 import provisioner.cli.report as report_cli
 from provisioner import __version__
 from provisioner.cli import bmc, fabric, inventory, lab, pxe, up, upgrade
+from provisioner.cli.add import add
 from provisioner.cli.common import STATE
+from provisioner.cli.discover import discover
 from provisioner.cli.doctor import doctor
 from provisioner.cli.render import render
 from provisioner.cli.run import run
@@ -55,6 +57,8 @@ app.command()(doctor)
 app.command()(up.up)
 app.command()(up.plan)
 app.command()(up.status)
+app.command()(discover)
+app.command()(add)
 app.add_typer(bmc.app, name="bmc")
 app.add_typer(fabric.app, name="fabric")
 app.add_typer(lab.app, name="lab")

@@ -86,3 +86,26 @@ def status(site: SiteArg = None, json_out: JsonOpt = False) -> None:
     else:
         out.lab_state(state, lab_mod.lab_dir(loaded))
     raise typer.Exit(int(ExitCode.OK if alive else ExitCode.BMC))
+
+
+@app.command("add-unknown")
+@handle_errors
+def add_unknown(site: SiteArg = None,
+                block: Annotated[str | None, typer.Option(
+                    "--block", help="Catalog block the node is shaped like (default: the "
+                    "site's first GPU server block).")] = None,
+                json_out: JsonOpt = False) -> None:
+    """Start one more emulated Redfish BMC that the inventory does not know (to try
+    `provision discover` and `provision add`); `lab down` stops it with the rest."""
+    from provisioner.lab import unknown
+
+    loaded = load(resolve_site(site))
+    node = unknown.add_unknown(loaded, block)
+    out = console(json_out)
+    if json_out:
+        out.emit_json(results.dump(results.lab_unknown_report(loaded.site.site.name, node)))
+        return
+    out.info(f"unknown node {node.name} ({node.block}): Redfish at "
+             f"{node.scheme}://{node.address}:{node.port}, management MAC {node.mgmt_mac}")
+    out.info(f"find it with: provision discover --range {node.address}/32 "
+             f"--redfish-port {node.port} --scheme {node.scheme}")

@@ -42,6 +42,7 @@ from provisioner.lab import execution as execution_mod
 from provisioner.lab import hosts as hosts_mod
 from provisioner.lab import mirror as mirror_mod
 from provisioner.lab import procs
+from provisioner.lab import shapes as lab_shapes
 from provisioner.lab import switch as switch_mod
 from provisioner.lab.procs import LOOPBACK
 from provisioner.secrets import write_private
@@ -177,14 +178,21 @@ def _start(loaded: LoadedSite, lab: Path, state: LabState, password: str, latenc
     shards = [redfish[i:i + SYSTEMS_PER_EMULATOR]
               for i in range(0, len(redfish), SYSTEMS_PER_EMULATOR)]
     tcp_ports = procs.free_ports(socket.SOCK_STREAM,
-                            len(shards) + (len(redfish) if latency_ms else 0))
+                            2 * len(shards) + (len(redfish) if latency_ms else 0))
     udp_ports = procs.free_ports(socket.SOCK_DGRAM, len(ipmi) * (2 if latency_ms else 1))
-    fronts_tcp = iter(tcp_ports[len(shards):])
+    shape_ports = tcp_ports[len(shards):2 * len(shards)]
+    fronts_tcp = iter(tcp_ports[2 * len(shards):])
     started = [(shard, _start_sushy(loaded, lab / f"redfish-{i}", state, password, shard,
                                     tcp_ports[i], f"redfish-{i}"))
                for i, shard in enumerate(shards)]
-    for shard, (port, proc) in started:
+    for _, (port, proc) in started:
         procs.wait_tcp(port, timeout_s, proc, "sushy-emulator")
+    if shards:
+        lab_shapes.start(lab, state, [[shape_ports[i], port]
+                                      for i, (_, (port, _)) in enumerate(started)],
+                         lab_shapes.site_shapes(loaded, state), timeout_s, _record)
+    for i, (shard, _) in enumerate(started):
+        port = shape_ports[i]
         for n in shard:
             ep = state.endpoints[n.hostname]
             ep["port"] = port
@@ -281,12 +289,7 @@ def _start_sushy(loaded: LoadedSite, rdir: Path, state: LabState, password: str,
                  nodes: list[Node], port: int, role: str
                  ) -> tuple[int, subprocess.Popen[bytes]]:
     """One sushy-tools emulator for these nodes; the caller waits for it to listen."""
-    import bcrypt  # sushy-tools' own dependency for its htpasswd file
-
     (rdir / "tmp").mkdir(parents=True)
-    htpasswd = rdir / "htpasswd"
-    write_private(htpasswd, f"{LAB_USER}:"
-                  + bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode() + "\n")
     systems = []
     for i, n in enumerate(nodes):
         sys_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS,
@@ -297,17 +300,46 @@ def _start_sushy(loaded: LoadedSite, rdir: Path, state: LabState, password: str,
         state.endpoints[n.hostname] = {"address": LOOPBACK, "scheme": "http",
                                        "system_id": sys_uuid}
     conf = rdir / "emulator.conf"
+    write_sushy_config(rdir, conf, password, systems)
+    proc = spawn_sushy(rdir, conf, port)
+    log = rdir / "emulator.log"
+    _record(state, role, proc, log)
+    return port, proc
+
+
+def write_sushy_config(rdir: Path, conf: Path, password: str,
+                       systems: list[dict[str, Any]]) -> None:
+    """sushy-tools' config: fake driver, these systems, HTTP basic auth (bcrypt htpasswd)."""
+    import bcrypt  # sushy-tools' own dependency for its htpasswd file
+
+    htpasswd = rdir / "htpasswd"
+    write_private(htpasswd, f"{LAB_USER}:"
+                  + bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode() + "\n")
     conf.write_text(
         "SUSHY_EMULATOR_FAKE_DRIVER = True\n"
         f"SUSHY_EMULATOR_STATE_DIR = {str(rdir / 'state')!r}\n"
         f"SUSHY_EMULATOR_AUTH_FILE = {str(htpasswd)!r}\n"
         f"SUSHY_EMULATOR_FAKE_SYSTEMS = {systems!r}\n")
+
+
+def spawn_sushy(rdir: Path, conf: Path, port: int) -> subprocess.Popen[bytes]:
     log = rdir / "emulator.log"
     env = {**os.environ, "TMPDIR": str(rdir / "tmp")}  # virtual media downloads land here
-    proc = procs.spawn([sys.executable, "-m", "sushy_tools.emulator.main", "--config", str(conf),
-                   "-i", LOOPBACK, "-p", str(port)], log, env)
+    return procs.spawn([sys.executable, "-m", "sushy_tools.emulator.main", "--config",
+                        str(conf), "-i", LOOPBACK, "-p", str(port)], log, env)
+
+
+# Public names for the lab's helper modules (unknown.py, shapes.py).
+def record(state: LabState, role: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     _record(state, role, proc, log)
-    return port, proc
+
+
+def save(lab: Path, state: LabState) -> None:
+    _save(lab, state)
+
+
+def write_overlay(loaded: LoadedSite, state: LabState) -> None:
+    _write_overlay(loaded, state, lab_dir(loaded) / "bmc-password")
 
 
 def _start_ipmi_sim(lab: Path, state: LabState, node: Node, port: int, password: str,

@@ -204,21 +204,41 @@ def _wait_ssh(host: SshHost, timeout_s: float) -> None:
     raise ConfigError(f"lab host {host.name}: no SSH on {host.address} in {timeout_s:g} s")
 
 
+def add_host(name: str, address: IPv4Address, network: IPv4Network, gateway: IPv4Address,
+             workdir: Path, rootfs: Path, tag: str, index: int,
+             timeout_s: float = 30.0) -> SshHost:
+    """One more host on a running lab's bridge (a node `provision add` put in the site);
+    `index` must be one no host of the lab has (it names the namespace)."""
+    host = _start_host(name, address, network, gateway, workdir, rootfs, bridge_name(tag),
+                       f"{tag[:6]}{index}", workdir / "id_ed25519")
+    try:
+        _wait_ssh(host, timeout_s)
+    except BaseException:
+        _stop_host(host)
+        raise
+    return host
+
+
 def down(hosts: Sequence[SshHost], tag: str) -> None:
     """Stop exactly these hosts' processes, delete their namespaces, veths and the bridge."""
     for h in hosts:
-        pids = {h.pid} if start_ticks(h.pid) == h.start_ticks else set()
-        # sshd session children (Ansible's ControlPersist) keep the namespace alive
-        listed = _run(["ip", "netns", "pids", h.netns], check=False).stdout.split()
-        pids |= {int(p) for p in listed if p.isdigit()}
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(h.pid, os.WNOHANG)
-        _run(["ip", "netns", "del", h.netns], check=False)
-        _run(["ip", "link", "del", h.veth], check=False)
+        _stop_host(h)
     _run(["ip", "link", "del", bridge_name(tag)], check=False)
+
+
+def _stop_host(h: SshHost) -> None:
+    """Kill the host's processes (and its sessions), delete its namespace and veth."""
+    pids = {h.pid} if start_ticks(h.pid) == h.start_ticks else set()
+    # sshd session children (Ansible's ControlPersist) keep the namespace alive
+    listed = _run(["ip", "netns", "pids", h.netns], check=False).stdout.split()
+    pids |= {int(p) for p in listed if p.isdigit()}
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(h.pid, os.WNOHANG)
+    _run(["ip", "netns", "del", h.netns], check=False)
+    _run(["ip", "link", "del", h.veth], check=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

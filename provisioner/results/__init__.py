@@ -10,8 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.results import execution, fabric, site, upgrade, workflow
+from provisioner.results import discover, execution, fabric, site, upgrade, workflow
 from provisioner.results.base import Out, dump, schema_id
+from provisioner.results.discover import (
+    AddReport,
+    DiscoverReport,
+    LabUnknownReport,
+    add_report,
+    discover_report,
+    lab_unknown_report,
+)
 from provisioner.results.execution import DoctorReport, doctor_report
 from provisioner.results.fabric import check_report, switches_report
 from provisioner.results.site import (
@@ -38,16 +46,43 @@ from provisioner.results.workflow import (
     up_report,
 )
 
-__all__ = ["Artifact", "ArtifactsReport", "BmcReport", "CatalogReport", "DoctorReport",
-           "LabReport", "Out",
-           "PowerReport", "RenderReport", "RunReport", "UpEvent", "UpReport",
-           "ValidateReport", "bmc_report", "check_report", "doctor_report", "dump",
-           "json_schemas",
-           "lab_report", "power_report", "run_report", "site_report", "switches_report",
-           "up_event", "up_report", "validate_report"]
+__all__ = [
+    "AddReport",
+    "Artifact",
+    "ArtifactsReport",
+    "BmcReport",
+    "CatalogReport",
+    "DiscoverReport",
+    "DoctorReport",
+    "LabReport",
+    "LabUnknownReport",
+    "Out",
+    "PowerReport",
+    "RenderReport",
+    "RunReport",
+    "UpEvent",
+    "UpReport",
+    "ValidateReport",
+    "add_report",
+    "bmc_report",
+    "check_report",
+    "discover_report",
+    "doctor_report",
+    "dump",
+    "json_schemas",
+    "lab_report",
+    "lab_unknown_report",
+    "power_report",
+    "run_report",
+    "site_report",
+    "switches_report",
+    "up_event",
+    "up_report",
+    "validate_report",
+]
 
 RESULTS: tuple[type[Out], ...] = (workflow.RESULTS + site.RESULTS + fabric.RESULTS
-                                  + upgrade.RESULTS + execution.RESULTS)
+                                  + upgrade.RESULTS + execution.RESULTS + discover.RESULTS)
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:

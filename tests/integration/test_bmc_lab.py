@@ -17,7 +17,9 @@ from provisioner import bmc
 from provisioner import lab as lab_mod
 from provisioner.bmc import BootDevice, BootMode, PowerAction, PowerState
 from provisioner.errors import BmcUnreachable
-from provisioner.inventory import load
+from provisioner.inventory import load, topology
+from provisioner.lab import redfish_shape
+from provisioner.workflows.steps.bmc import compare_facts
 from tests.integration.conftest import provision, requires_ipmi_sim
 
 pytestmark = [pytest.mark.integration, requires_ipmi_sim]
@@ -84,10 +86,16 @@ def test_ipmi_bootdev_recorded_by_the_simulator(lab):
 def test_inventory_facts_match_the_inventory(lab):
     res = run(lab, lambda d: d.hardware_facts())
     macs = {n.hostname: sorted(n.macs.values()) for p in lab.site.placements for n in p.nodes}
+    plans = {h.hostname: h for h in topology.servers(lab)}
     for host in REDFISH:
         facts = res[host].value
-        assert facts.vendor == "Sushy Emulator"
-        assert list(facts.macs) == macs[host]
+        block = plans[host].block
+        # the lab's Redfish shape layer answers as the node's building block
+        assert (facts.vendor, facts.model) == redfish_shape.vendor_model(block)
+        assert facts.gpu_count == (block.gpu.count if block.gpu else 0)
+        assert len(facts.psus) == (block.psu.count if block.psu else 0)
+        assert set(macs[host]) <= set(facts.macs)  # the inventory's MAC among its NICs
+        assert compare_facts(plans[host], facts)[0] == []  # up's inspection: no problem
     for host in IPMI:
         assert res[host].ok and res[host].value.power_state in (PowerState.ON, PowerState.OFF)
 

@@ -1,0 +1,196 @@
+"""`provision add`: turn one discovered (or named) BMC into an inventory node.
+
+The node's block comes from discovery's fingerprint (or --block); place.py chooses the rack,
+U, host name, addresses and switch ports within the budgets; writeback.py makes the
+inventory change. Before anything is written, the added text must read back as the
+proposed placement and the grown site must pass the site's own checks with no new error.
+With `apply`, the file is replaced and the node moves discovered -> enrolled in the state
+store (its discovery id is kept in the event), ready for `up --limit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provisioner import discover as discover_mod
+from provisioner.discover import place, writeback
+from provisioner.errors import ConfigError, InventoryError, StateError
+from provisioner.inventory import checks
+from provisioner.inventory.findings import Severity
+from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.models import Bmc, NetworkKind, Placement, Tls
+from provisioner.lifecycle import Phase
+from provisioner.state import StateStore
+
+
+@dataclass(frozen=True)
+class Source:
+    """What is known of the new node before placement (from discovery's event)."""
+
+    id: str | None  # the discovered id, when it came from the state store
+    bmc: Bmc
+    block: str | None
+    confidence: float | None
+    reasons: tuple[str, ...]
+    mgmt_mac: str | None
+    serial: str | None
+
+
+@dataclass
+class AddResult:
+    source: Source
+    proposal: place.Proposal
+    change: writeback.Change
+    applied: bool
+    patch: Path | None = None
+
+
+def from_discovered(store: StateStore, ident: str, credentials: str) -> Source:
+    """The discovered node's endpoint, facts and block, from its discovery event."""
+    try:
+        st = store.node(ident)
+    except StateError:
+        raise ConfigError(f"--discovered {ident}: no such discovered node",
+                          hint="`provision discover` lists them") from None
+    if st.phase is not Phase.DISCOVERED:
+        raise ConfigError(f"--discovered {ident} is {st.phase.value}, not discovered "
+                          "(added already?)")
+    events = store.events(ident)
+    added = [e for e in events if e.kind == "added"]
+    if added:
+        raise ConfigError(f"--discovered {ident} was added already as "
+                          f"{added[-1].detail.get('hostname')}")
+    seen = [e for e in events if e.kind == "discovery"]
+    if not seen:
+        raise ConfigError(f"--discovered {ident}: no discovery record",
+                          hint="run `provision discover` again")
+    return _source(ident, seen[-1].detail, credentials)
+
+
+def _source(ident: str | None, d: Mapping[str, Any], credentials: str) -> Source:
+    ep = d["bmc"]
+    scheme = ep.get("scheme") or "https"
+    default_port = 623 if ep["protocol"] == "ipmi" else 443 if scheme == "https" else 80
+    facts = d.get("facts") or {}
+    macs = facts.get("macs") or []
+    return Source(
+        id=ident,
+        bmc=Bmc(protocol=ep["protocol"], address=ep["address"],
+                port=None if ep["port"] == default_port else ep["port"],
+                scheme=scheme if ep["protocol"] == "redfish" else "https",
+                credentials=credentials),
+        block=d.get("block"), confidence=d.get("confidence"),
+        reasons=tuple(d.get("reasons") or ()),
+        mgmt_mac=d.get("lease_mac") or (macs[0] if macs else None),
+        serial=facts.get("serial"))
+
+
+def from_bmc(loaded: LoadedSite, env: Mapping[str, str], store: StateStore,
+             plan: discover_mod.ProbePlan, credentials: str | None, tls: Tls) -> Source:
+    """Discover the one address now (probe, facts, fingerprint, recorded as discovered)."""
+    found = discover_mod.discover(loaded, env, store, plan, credentials=credentials, tls=tls)
+    if not found.nodes:
+        raise ConfigError(f"--bmc {plan.addresses[0]}: no BMC the inventory does not "
+                          "already know answers there",
+                          hint="check the address, --scheme and --redfish-port")
+    node = found.nodes[0]
+    if node.error:
+        raise ConfigError(f"--bmc {plan.addresses[0]}: {node.error}")
+    return from_discovered(store, node.id, found.credentials or "")
+
+
+def _checked(loaded: LoadedSite, proposal: place.Proposal,
+             change: writeback.Change) -> None:
+    """The text added parses (YAML 1.1, as the loader reads it) to exactly the proposed
+    placement, and the site grown by it has no error it did not have: refused otherwise.
+
+    The grown site is checked in memory (the site's own checks, on the site as loaded plus
+    the new placement), not re-parsed: re-reading a 1,000-node site would double the cost
+    of an addition for nothing the first two checks do not already prove.
+    """
+    added = "".join(line[1:] for line in change.diff.splitlines(keepends=True)[2:]
+                    if line.startswith("+"))
+    parsed = yaml.safe_load(textwrap.dedent(added))
+    if not (isinstance(parsed, list) and len(parsed) == 1
+            and Placement.model_validate(parsed[0]) == proposal.placement()):
+        raise InventoryError(f"{change.display}: the text to add does not read back as the "
+                             "proposed placement; nothing was written")
+    before = {(f.code, f.message) for f in checks.check(loaded)
+              if f.severity is Severity.ERROR}
+    site = loaded.site.model_copy(
+        update={"placements": (*loaded.site.placements, proposal.placement())})
+    grown = dataclasses.replace(loaded, site=site)
+    new = [f for f in checks.check(grown) if f.severity is Severity.ERROR
+           and (f.code, f.message) not in before]
+    if new:
+        raise InventoryError(f"adding the node would make the inventory invalid: "
+                             f"{new[0].message}; nothing was written", findings=new)
+
+
+def _lab_bmc(loaded: LoadedSite, proposal: place.Proposal) -> place.Proposal:
+    """In the lab the new BMC answers on loopback; the inventory gets the out-of-band
+    address a real one would have (the host number of its management address, the example
+    site's convention) and the lab's overlay maps the host to the emulator (lab/unknown)."""
+    nets = {n.kind: n for n in reversed(loaded.site.networks)}
+    oob, mgmt = nets.get(NetworkKind.OOB), nets.get(NetworkKind.MANAGEMENT)
+    try:
+        loopback = ipaddress.ip_address(proposal.bmc.address).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback or oob is None or mgmt is None or mgmt.name not in proposal.addresses:
+        return proposal
+    host_no = int(ipaddress.IPv4Address(proposal.addresses[mgmt.name])) \
+        - int(mgmt.cidr.network_address)
+    bmc = proposal.bmc.model_copy(update={
+        "address": str(oob.cidr.network_address + host_no), "port": None,
+        "scheme": "https"})
+    return dataclasses.replace(proposal, bmc=bmc)
+
+
+def add(loaded: LoadedSite, store: StateStore, source: Source, *, block: str | None = None,
+        rack: str | None = None, u: int | None = None, name: str | None = None,
+        credentials: str | None = None, lab: bool = False, apply: bool = False
+        ) -> AddResult:
+    """Propose the node's place and inventory change; with `apply`, write and enroll it.
+
+    The BMC's credentials entry written is `credentials`, else the one the site's files
+    give its other BMCs (not the lab's login, which only the lab's overlay defines)."""
+    chosen = block or source.block
+    if chosen is None:
+        raise ConfigError(
+            "the node's shape matches no catalog block"
+            + (f" ({'; '.join(source.reasons[:3])})" if source.reasons else ""),
+            hint="name its block with --block after checking `provision catalog`")
+    written = credentials or writeback.file_credentials(loaded, chosen) \
+        or source.bmc.credentials
+    bmc = source.bmc.model_copy(update={"credentials": written})
+    proposal = place.propose(loaded.site, loaded.catalog, chosen, bmc,
+                             mgmt_mac=source.mgmt_mac, rack=rack, u=u, name=name)
+    if lab:
+        proposal = _lab_bmc(loaded, proposal)
+    change = writeback.plan_change(loaded, proposal)
+    _checked(loaded, proposal, change)
+    result = AddResult(source, proposal, change, applied=False)
+    if not apply:
+        return result
+    writeback.apply(change)
+    result.applied = True
+    run_id = store.start_run(f"add {proposal.hostname}")
+    try:
+        detail = {"discovered_as": source.id, "rack": proposal.rack, "u": proposal.u,
+                  "block": proposal.block, "file": change.display}
+        store.enroll([proposal.hostname], run_id, phase=Phase.DISCOVERED)
+        store.transition(proposal.hostname, Phase.ENROLLED, run_id=run_id, detail=detail)
+        if source.id is not None:
+            store.record(source.id, "added", {"hostname": proposal.hostname}, run_id)
+    finally:
+        store.end_run(run_id, "ok")
+    return result

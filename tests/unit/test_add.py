@@ -1,0 +1,189 @@
+"""`provision add`: placement within the budgets, allocation, and the inventory write-back
+(golden diff on a commented multi-file site)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from provisioner import profile
+from provisioner.cli import app
+from provisioner.discover import add as add_mod
+from provisioner.discover import place, writeback
+from provisioner.errors import BudgetError, ConfigError
+from provisioner.inventory import checks, load
+from provisioner.inventory.findings import Severity
+from provisioner.inventory.models import Bmc
+from provisioner.lifecycle import Phase
+from provisioner.state import StateStore
+from tests.conftest import FIXTURES, ROOT, requires_git
+
+SITE = FIXTURES / "sites" / "add_commented"
+GOLDEN = ROOT / "tests" / "golden" / "add" / "placements-r02.diff"
+BMC = Bmc(protocol="redfish", address="10.20.1.40", credentials="bmc")
+runner = CliRunner()
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    dest = tmp_path / "grow"
+    shutil.copytree(SITE, dest)
+    return dest
+
+
+def _discovered(site: Path, ident: str, block: str | None) -> StateStore:
+    """A node as `provision discover` records it (its event is what `add` reads)."""
+    store = StateStore(profile.for_site(load(site)).state_path)
+    run = store.start_run("discover")
+    store.enroll([ident], run, phase=Phase.DISCOVERED)
+    store.record(ident, "discovery", {
+        "bmc": {"protocol": "redfish", "address": "10.20.1.40", "port": 443,
+                "scheme": "https"},
+        "lease_mac": None, "error": None,
+        "facts": {"vendor": "NVIDIA", "model": "DGXH100", "serial": "1234",
+                  "gpus": [["H100", 8]], "nvswitch_count": 4,
+                  "macs": ["7c:c2:55:00:00:40"]},
+        "block": block, "confidence": 0.93 if block else None,
+        "reasons": ["match: 8x H100"] if block else ["differs: no block has 3x L4"]}, run)
+    store.end_run(run, "ok")
+    return store
+
+
+def test_full_rack_is_skipped_for_the_next_with_room() -> None:
+    loaded = load(SITE)
+    p = place.propose(loaded.site, loaded.catalog, "dgx-h100", BMC)
+    assert (p.rack, p.u) == ("r02", 9)  # r01's feeds cannot carry a fourth DGX
+    r01 = next(f for f in p.checked if f.rack == "r01")
+    assert not r01.ok and "exceeds usable 36,228 VA" in r01.failures[0]
+    assert r01.load_w_after == 3 * 10_200 + 1_400 + 10_200
+    assert p.hostname == "gpu-a05"  # the block's pattern, next number
+    assert p.addresses == {"mgmt": "10.20.0.15", "roce": "10.20.2.15"}
+    # r02's second RoCE node: port 2 of its leaf (the rule counts nodes per rack)
+    assert p.links == (("roce", "leaf-b", "swp2s0"),)
+
+
+def test_overload_is_refused_with_the_numbers_and_a_rack_with_room() -> None:
+    loaded = load(SITE)
+    with pytest.raises(BudgetError) as err:
+        place.propose(loaded.site, loaded.catalog, "dgx-h100", BMC, rack="r01")
+    assert err.value.exit_code == 4
+    assert "load 42,200 W = 44,421 VA at PF 0.95 exceeds usable 36,228 VA by 8,193 VA" \
+        in err.value.message
+    assert err.value.hint is not None and "--rack r02" in err.value.hint
+    with pytest.raises(BudgetError, match="U1-U8 is not free"):
+        place.propose(loaded.site, loaded.catalog, "dgx-h100", BMC, rack="r02", u=1)
+
+
+def test_no_rack_with_room_says_so() -> None:
+    loaded = load(SITE)
+    big = loaded.site.model_copy(update={"racks": loaded.site.racks[:1]})
+    with pytest.raises(BudgetError) as err:
+        place.propose(big, loaded.catalog, "dgx-h100", BMC)
+    assert err.value.hint == "add a rack, or free power, cooling or rack units"
+
+
+def test_addresses_skip_used_and_gateway() -> None:
+    loaded = load(SITE)
+    got = place.addresses(loaded.site, loaded.catalog, loaded.catalog["sn5600"])
+    assert got == {"mgmt": "10.20.0.4"}  # .1 gateway, .2 and .3 the leaves
+    assert place.hostname(loaded.site, loaded.catalog, loaded.catalog["hci-2u4n"]) \
+        == "hci01"  # no node of that kind: the kind's prefix
+
+
+def test_write_back_golden_diff_keeps_every_line(site: Path) -> None:
+    loaded = load(site)
+    p = place.propose(loaded.site, loaded.catalog, "dgx-h100", BMC,
+                      mgmt_mac="7c:c2:55:00:00:40")
+    change = writeback.plan_change(loaded, p)
+    assert change.path.name == "placements-r02.yaml"
+    assert change.diff == GOLDEN.read_text()
+    before = {f: (site / f).read_text() for f in ("site.yaml", "racks.yaml",
+                                                  "placements-r01.yaml")}
+    writeback.apply(change)
+    for name, text in before.items():
+        assert (site / name).read_text() == text  # the other files untouched
+    after = (site / "placements-r02.yaml").read_text().splitlines()
+    old = change.before.splitlines()
+    it = iter(after)
+    assert all(line in it for line in old)  # every old line, in order (a pure addition)
+    grown = load(site)
+    node = next(n for pl in grown.site.placements for n in pl.nodes
+                if n.hostname == "gpu-a05")
+    assert str(node.addresses["roce"]) == "10.20.2.15" and node.macs["mgmt"] \
+        == "7c:c2:55:00:00:40"
+    assert not [f for f in checks.check(grown) if f.severity is Severity.ERROR]
+    # YAML 1.1 readers (PyYAML) read the quoted MAC as the same string
+    doc = yaml.safe_load((site / "placements-r02.yaml").read_text())
+    assert doc["placements"][2]["nodes"][0]["macs"]["mgmt"] == "7c:c2:55:00:00:40"
+
+
+@requires_git
+def test_patch_applies_with_git(site: Path, tmp_path: Path) -> None:
+    loaded = load(site)
+    p = place.propose(loaded.site, loaded.catalog, "dgx-h100", BMC)
+    change = writeback.plan_change(loaded, p)
+    patch = tmp_path / "add.patch"
+    writeback.write_patch(change, patch)
+    subprocess.run(["git", "apply", "--check", str(patch)], cwd=site, check=True)
+    subprocess.run(["git", "apply", str(patch)], cwd=site, check=True)
+    assert (site / "placements-r02.yaml").read_text() == change.after
+
+
+def test_apply_enrolls_the_host_and_keeps_the_discovery_id(site: Path) -> None:
+    store = _discovered(site, "disc-1234", "dgx-h100")
+    loaded = load(site)
+    source = add_mod.from_discovered(store, "disc-1234", "bmc")
+    result = add_mod.add(loaded, store, source, apply=True)
+    assert result.applied and result.proposal.hostname == "gpu-a05"
+    assert store.node("gpu-a05").phase is Phase.ENROLLED
+    moved = [e for e in store.events("gpu-a05") if e.to_phase == "enrolled"]
+    assert moved and moved[0].detail["discovered_as"] == "disc-1234"
+    assert [e.detail for e in store.events("disc-1234") if e.kind == "added"] \
+        == [{"hostname": "gpu-a05"}]
+    with pytest.raises(ConfigError, match="added already as gpu-a05"):
+        add_mod.from_discovered(store, "disc-1234", "bmc")
+
+
+def test_cli_unknown_shape_is_not_guessed(site: Path) -> None:
+    _discovered(site, "disc-odd", None)
+    res = runner.invoke(app, ["add", str(site), "--discovered", "disc-odd"])
+    assert res.exit_code == 2
+    assert "matches no catalog block" in res.output and "no block has 3x L4" in res.output
+    assert not list(site.glob("*.patch"))
+
+
+def test_cli_overload_exit_4_and_review_patch(site: Path, tmp_path: Path) -> None:
+    _discovered(site, "disc-1234", "dgx-h100")
+    res = runner.invoke(app, ["add", str(site), "--discovered", "disc-1234", "--rack", "r01"])
+    assert res.exit_code == 4, res.output
+    assert "8,193 VA" in res.output and "--rack r02" in res.output
+    patch = tmp_path / "review.patch"
+    before = (site / "placements-r02.yaml").read_text()
+    res = runner.invoke(app, ["add", str(site), "--discovered", "disc-1234",
+                              "--patch", str(patch)])
+    assert res.exit_code == 0, res.output
+    assert patch.read_text() == GOLDEN.read_text()  # the MAC is the BMC's first NIC
+    assert (site / "placements-r02.yaml").read_text() == before  # nothing written
+
+
+def test_insert_between_racks_keeps_the_next_rack_s_comment(tmp_path: Path) -> None:
+    site = tmp_path / "one"
+    shutil.copytree(SITE, site)
+    r01 = (site / "placements-r01.yaml").read_text()
+    r02 = (site / "placements-r02.yaml").read_text().replace("placements:\n", "")
+    (site / "placements-r01.yaml").write_text(r01 + r02)
+    (site / "placements-r02.yaml").unlink()
+    loaded = load(site)
+    p = place.propose(loaded.site, loaded.catalog, "storage-flash-2u", BMC, rack="r01")
+    change = writeback.plan_change(loaded, p)
+    after = change.after.splitlines()
+    new_at = after.index("  - rack: r01", after.index("      - hostname: leaf-a"))
+    # right after r01's last chassis, before the comment that opens r02's
+    assert after[new_at + 7] == "  # --- rack r02 ---"
+    assert [ln for ln in change.diff.splitlines()[2:] if ln.startswith("-")] == []
+    assert p.hostname == "stor01" and p.u == 25
