@@ -8,6 +8,7 @@ interface names, versions) and is checked again here before it is written.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -296,7 +297,11 @@ def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
                "skip_tags": for_site(loaded, lab=lab).skip_tags,
                "servers": len(servers), "groups": groups_,
                # the host keys `pxe render` generated into the nodes' autoinstall data
-               "known_hosts": (loaded.base_dir / STATE_NAME / "known_hosts").resolve()}
+               "known_hosts": (loaded.base_dir / STATE_NAME / "known_hosts").resolve(),
+               # every lab uses the same addresses: a lab's own SSH multiplexing sockets, so
+               # that a connection kept open (ControlPersist) never reaches another lab's host
+               "control_tag": hashlib.sha1(  # noqa: S324 - a name, not security
+                   str(loaded.base_dir.resolve()).encode()).hexdigest()[:8]}
     write("project/ansible.cfg", env.get_template("ansible.cfg.j2").render(**context))
     write("README.md", env.get_template("render-readme.md.j2").render(**context))
     write("env/settings", _dump({"idle_timeout": 1800}))
