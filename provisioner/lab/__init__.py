@@ -38,10 +38,10 @@ from provisioner.errors import ConfigError
 from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import BmcProtocol, NetworkKind, Node
+from provisioner.lab import emulators, procs
 from provisioner.lab import execution as execution_mod
 from provisioner.lab import hosts as hosts_mod
 from provisioner.lab import mirror as mirror_mod
-from provisioner.lab import procs
 from provisioner.lab import shapes as lab_shapes
 from provisioner.lab import switch as switch_mod
 from provisioner.lab.procs import LOOPBACK
@@ -204,7 +204,9 @@ def _start(loaded: LoadedSite, lab: Path, state: LabState, password: str, latenc
     ctl.chmod(0o700)
     pending: list[tuple[Node, int, subprocess.Popen[bytes]]] = []
     for n, port in zip(ipmi, udp_ports, strict=False):
-        proc = _start_ipmi_sim(lab, state, n, port, password, ctl)
+        proc, log = emulators.spawn_ipmi_sim(lab / "ipmi" / n.hostname, n.hostname, port,
+                                             password, ctl, LAB_USER)
+        _record(state, f"ipmi:{n.hostname}", proc, log)
         pending.append((n, port, proc))
     fronts = udp_ports[len(ipmi):]
     for i, (n, port, proc) in enumerate(pending):
@@ -300,33 +302,11 @@ def _start_sushy(loaded: LoadedSite, rdir: Path, state: LabState, password: str,
         state.endpoints[n.hostname] = {"address": LOOPBACK, "scheme": "http",
                                        "system_id": sys_uuid}
     conf = rdir / "emulator.conf"
-    write_sushy_config(rdir, conf, password, systems)
-    proc = spawn_sushy(rdir, conf, port)
+    emulators.write_sushy_config(rdir, conf, password, systems, LAB_USER)
+    proc = emulators.spawn_sushy(rdir, conf, port)
     log = rdir / "emulator.log"
     _record(state, role, proc, log)
     return port, proc
-
-
-def write_sushy_config(rdir: Path, conf: Path, password: str,
-                       systems: list[dict[str, Any]]) -> None:
-    """sushy-tools' config: fake driver, these systems, HTTP basic auth (bcrypt htpasswd)."""
-    import bcrypt  # sushy-tools' own dependency for its htpasswd file
-
-    htpasswd = rdir / "htpasswd"
-    write_private(htpasswd, f"{LAB_USER}:"
-                  + bcrypt.hashpw(password.encode(), bcrypt.gensalt(4)).decode() + "\n")
-    conf.write_text(
-        "SUSHY_EMULATOR_FAKE_DRIVER = True\n"
-        f"SUSHY_EMULATOR_STATE_DIR = {str(rdir / 'state')!r}\n"
-        f"SUSHY_EMULATOR_AUTH_FILE = {str(htpasswd)!r}\n"
-        f"SUSHY_EMULATOR_FAKE_SYSTEMS = {systems!r}\n")
-
-
-def spawn_sushy(rdir: Path, conf: Path, port: int) -> subprocess.Popen[bytes]:
-    log = rdir / "emulator.log"
-    env = {**os.environ, "TMPDIR": str(rdir / "tmp")}  # virtual media downloads land here
-    return procs.spawn([sys.executable, "-m", "sushy_tools.emulator.main", "--config",
-                        str(conf), "-i", LOOPBACK, "-p", str(port)], log, env)
 
 
 # Public names for the lab's helper modules (unknown.py, shapes.py).
@@ -340,43 +320,6 @@ def save(lab: Path, state: LabState) -> None:
 
 def write_overlay(loaded: LoadedSite, state: LabState) -> None:
     _write_overlay(loaded, state, lab_dir(loaded) / "bmc-password")
-
-
-def _start_ipmi_sim(lab: Path, state: LabState, node: Node, port: int, password: str,
-                    ctl: Path) -> subprocess.Popen[bytes]:
-    d = lab / "ipmi" / node.hostname
-    (d / "chassis").mkdir(parents=True)
-    (d / "state").mkdir()
-    guid = uuid.uuid5(uuid.NAMESPACE_DNS, f"{node.hostname}.ipmi.lab").hex
-    lan = d / "lan.conf"
-    write_private(lan, f"""\
-name "{node.hostname}"
-set_working_mc 0x20
-  startlan 1
-    addr {LOOPBACK} {port}
-    priv_limit admin
-    allowed_auths_callback none md2 md5 straight
-    allowed_auths_user none md2 md5 straight
-    allowed_auths_operator none md2 md5 straight
-    allowed_auths_admin none md2 md5 straight
-    guid {guid}
-  endlan
-  chassis_control "{ctl} {d / 'chassis'}"
-  user 2 true "{LAB_USER}" "{password}" admin 10 none md2 md5 straight
-""")
-    emu = d / "bmc.emu"
-    emu.write_text("mc_setbmc 0x20\n"
-                   "mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr\n"
-                   "sel_enable 0x20 1000 0x0a\nmc_enable 0x20\n")
-    ipmi_sim = shutil.which("ipmi_sim")
-    if ipmi_sim is None:
-        raise ConfigError("lab: ipmi_sim is not installed",
-                          hint="apt-get install openipmi (scripts/bootstrap.sh does it)")
-    log = d / "ipmi_sim.log"
-    proc = procs.spawn([ipmi_sim, "-n", "-c", str(lan), "-f", str(emu), "-s",
-                        str(d / "state")], log)
-    _record(state, f"ipmi:{node.hostname}", proc, log)
-    return proc
 
 
 def _write_overlay(loaded: LoadedSite, state: LabState, pw_file: Path) -> None:

@@ -19,8 +19,8 @@ from provisioner.errors import ConfigError
 from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import BlockKind
+from provisioner.lab import emulators, procs, redfish_shape, shapes
 from provisioner.lab import hosts as hosts_mod
-from provisioner.lab import procs, redfish_shape, shapes
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,8 @@ def add_unknown(loaded: LoadedSite, block: str | None = None,
     (rdir / "tmp").mkdir()
     systems = [{"uuid": sys_uuid, "name": label, "power_state": "Off",
                 "external_notifier": False, "nics": [{"mac": mac}]}]
-    lab_mod.write_sushy_config(rdir, conf, password, systems)
-    proc = lab_mod.spawn_sushy(rdir, conf, sushy_port)
+    emulators.write_sushy_config(rdir, conf, password, systems, lab_mod.LAB_USER)
+    proc = emulators.spawn_sushy(rdir, conf, sushy_port)
     lab_mod.record(state, f"redfish-{label}", proc, rdir / "emulator.log")
     try:
         procs.wait_tcp(sushy_port, timeout_s, proc, "sushy-emulator")
