@@ -27,14 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from provisioner import state_backup
 from provisioner.errors import StateError
 from provisioner.lifecycle import LIFECYCLE, Phase, allowed, next_phase
+from provisioner.state_backup import KEEP_BACKUPS, Backup, backup_dir, backups
 from provisioner.statedir import ensure_parent
 
 __all__ = ["KEEP_BACKUPS", "LIFECYCLE", "SCHEMA_VERSION", "Backup", "Event", "NodeState",
-           "Phase", "StateStore", "backups", "next_phase"]
+           "Phase", "StateStore", "backup_dir", "backups", "next_phase"]
 
-KEEP_BACKUPS = 5  # copies of the state store kept, one per run, newest first
 
 
 SCHEMA_VERSION = 2
@@ -116,26 +117,6 @@ class Event:
     detail: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Backup:
-    path: Path
-    taken_at: float
-
-
-def backup_dir(path: Path) -> Path:
-    """Where the copies of the store at `path` go: beside it, `<name>.backups/`."""
-    return path.with_name(path.name + ".backups")
-
-
-def backups(path: Path) -> list[Backup]:
-    """The backups of the store at `path`, newest first (none when there is no directory)."""
-    where = backup_dir(path)
-    if not where.is_dir():
-        return []
-    found = [Backup(p, p.stat().st_mtime) for p in where.glob(f"{path.stem}-*.db")]
-    return sorted(found, key=lambda b: b.path.name, reverse=True)
-
-
 class StateStore:
     """One site's state database. Safe for several threads (one connection per call)."""
 
@@ -195,31 +176,8 @@ class StateStore:
     # -------------------------------------------------------- runs
 
     def backup(self, keep: int = KEEP_BACKUPS) -> Path:
-        """Copy the whole store with SQLite's online backup API (a consistent snapshot, WAL
-        included, even while another reader has it open) into a new owner-only file, then
-        drop all but the newest `keep` copies. Returns the new copy's path."""
-        where = backup_dir(self.path)
-        now_ns = time.time_ns()
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now_ns // 10**9))
-        try:
-            where.mkdir(mode=0o700, exist_ok=True)
-            where.chmod(0o700)
-            target = where / f"{self.path.stem}-{stamp}.{now_ns % 10**9:09d}Z.db"
-            # Created 0600 before SQLite opens it: the copy is never readable by others.
-            os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-            dst = sqlite3.connect(target)
-            try:
-                with self._connect() as src:
-                    src.backup(dst)
-            finally:
-                dst.close()
-            for old in backups(self.path)[keep:]:
-                old.path.unlink(missing_ok=True)
-        except (OSError, sqlite3.Error) as exc:
-            raise StateError(f"cannot back up the state store {self.path} to {where}: {exc}",
-                             hint="free disk space or fix the directory's permissions; "
-                             "no run starts without a backup") from None
-        return target
+        """A consistent copy of the whole store before a run (state_backup.take)."""
+        return state_backup.take(self._connect, self.path, keep)
 
     def start_run(self, command: str, *, backup: bool = True) -> int:
         """Record a run as started; first back the store up (see `backup`)."""
