@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from provisioner.errors import InventoryError
+from provisioner.inventory import lab_overlay
 from provisioner.inventory.findings import Finding, Location, Severity
 from provisioner.inventory.models import BlockType, Site
 from provisioner.inventory.yamlsafe import (
@@ -351,51 +352,7 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path
     if not isinstance(data, dict) or not isinstance(data.get("bmc"), dict):
         raise fail(display, 1, 1, "the lab overlay is damaged",
                     "run `provision lab down` and `provision lab up` again")
-    creds = merged.setdefault("credentials", {})
-    if isinstance(creds, dict) and isinstance(data.get("credentials"), dict):
-        creds.update(data["credentials"])
-    if isinstance(site, dict) and isinstance(data.get("ssh"), dict):
-        site["ssh"] = {**(site.get("ssh") or {}), **data["ssh"]}
-    software = merged.get("software")
-    if isinstance(data.get("software"), dict) and isinstance(software, dict):
-        # the lab's signed mirror, set exactly as an air-gapped site sets its own
-        software.update({k: v for k, v in data["software"].items()
-                         if k in ("mirror", "mirror_key")})
-    _overlay_execution(merged, data.get("execution"))
-    endpoints: dict[str, Any] = data["bmc"]
-    switches: dict[str, Any] = (data["switches"] if isinstance(data.get("switches"), dict)
-                                else {})
-    stood_in: dict[str, str] = {}
-    applied = set()
-    for placement in merged.get("placements") or []:
-        nodes = placement.get("nodes") if isinstance(placement, dict) else None
-        for node in nodes if isinstance(nodes, list) else []:
-            if not isinstance(node, dict):
-                continue
-            ep = endpoints.get(str(node.get("hostname")))
-            if isinstance(ep, dict) and isinstance(node.get("bmc"), dict):
-                node["bmc"] = {**{k: v for k, v in node["bmc"].items() if k != "tls"}, **ep}
-                applied.add(str(node["hostname"]))
-            sw = switches.get(str(node.get("hostname")))
-            if isinstance(sw, dict) and isinstance(node.get("management"), dict):
-                node["management"] = {**node["management"],
-                                      **{k: v for k, v in sw.items() if k != "stand_in"}}
-                stood_in[str(node["hostname"])] = str(sw.get("stand_in", ""))
-    return frozenset(applied), stood_in
-
-
-def _overlay_execution(merged: dict[str, Any], lab: Any) -> None:
-    """The lab's execution nodes (provisioner/lab/execution.py): how to reach each one
-    named in provisioning.execution.nodes (user, key, known hosts, ansible-runner path)."""
-    prov = merged.get("provisioning")
-    ex = prov.get("execution") if isinstance(prov, dict) else None
-    nodes = ex.get("nodes") if isinstance(ex, dict) else None
-    if not isinstance(lab, dict) or not isinstance(nodes, list):
-        return
-    for node in nodes:
-        entry = lab.get(str(node.get("name"))) if isinstance(node, dict) else None
-        if isinstance(entry, dict):
-            node.update(entry)
+    return lab_overlay.apply(merged, data)
 
 
 # ---------------------------------------------------------------- entry point
