@@ -161,14 +161,23 @@ def _gpg(home: Path) -> list[str]:
             "--passphrase", ""]
 
 
+def _stop_agent(home: Path) -> None:
+    """gpg starts an agent per GNUPGHOME that outlives it: stop this home's own agent."""
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"],
+                   capture_output=True, check=False, timeout=30)
+
+
 def make_key(home: Path) -> tuple[str, str]:
     """A signing key for this lab (private GNUPGHOME): (fingerprint, armored public key)."""
     home.mkdir(parents=True, mode=0o700, exist_ok=True)
-    _run([*_gpg(home), "--quick-generate-key", "provisioner lab mirror <lab@provisioner.invalid>",
-          "ed25519", "sign", "1y"])
-    listing = _run([*_gpg(home), "--with-colons", "--list-secret-keys"])
-    fpr = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
-    return fpr, _run([*_gpg(home), "--armor", "--export", fpr])
+    try:
+        _run([*_gpg(home), "--quick-generate-key",
+              "provisioner lab mirror <lab@provisioner.invalid>", "ed25519", "sign", "1y"])
+        listing = _run([*_gpg(home), "--with-colons", "--list-secret-keys"])
+        fpr = next(ln.split(":")[9] for ln in listing.splitlines() if ln.startswith("fpr:"))
+        return fpr, _run([*_gpg(home), "--armor", "--export", fpr])
+    finally:
+        _stop_agent(home)
 
 
 def build(wanted: dict[str, str], out: Path, gnupg_home: Path, cache: Path, rootfs: Path
@@ -256,12 +265,15 @@ def sign(out: Path, gnupg_home: Path) -> Path:
     GNUPGHOME (InRelease, Release.gpg); the public key beside it."""
     dist = out / "dists" / SUITE
     (dist / "Release").write_text(_release(dist))
-    fpr, public = make_key(gnupg_home)
-    _run([*_gpg(gnupg_home), "--local-user", fpr, "--clearsign", "--digest-algo", "SHA256",
-          "--output", str(dist / "InRelease"), str(dist / "Release")])
-    _run([*_gpg(gnupg_home), "--local-user", fpr, "--armor", "--detach-sign",
-          "--digest-algo", "SHA256", "--output", str(dist / "Release.gpg"),
-          str(dist / "Release")])
+    try:
+        fpr, public = make_key(gnupg_home)
+        _run([*_gpg(gnupg_home), "--local-user", fpr, "--clearsign", "--digest-algo",
+              "SHA256", "--output", str(dist / "InRelease"), str(dist / "Release")])
+        _run([*_gpg(gnupg_home), "--local-user", fpr, "--armor", "--detach-sign",
+              "--digest-algo", "SHA256", "--output", str(dist / "Release.gpg"),
+              str(dist / "Release")])
+    finally:
+        _stop_agent(gnupg_home)
     key_file = out / KEY_NAME
     key_file.write_text(public)
     return key_file
