@@ -25,7 +25,7 @@ from provisioner.profile import Profile
 from provisioner.render import ansible_host
 from provisioner.switches import ops, staged
 from provisioner.workflows.engine import fan_out
-from provisioner.workflows.steps.guard import Login, login_for
+from provisioner.workflows.steps.guard import Login, connect, login_for
 
 QOS_OSES = ("cumulus", "onyx", "sonic", "eos")  # the ones whose config carries RoCE QoS
 
@@ -106,16 +106,8 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
 
 def _mlnx_qos(address: str, login: Login, nic: str, timeout_s: float) -> HostQos | str:
     client = paramiko.SSHClient()
-    if login.accept_any_host_key:
-        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # noqa: S507 - the lab
-    else:
-        client.load_system_host_keys()
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
-        client.connect(address, port=login.port, username=login.user,
-                       key_filename=login.key_file, look_for_keys=login.key_file is None,
-                       allow_agent=login.key_file is None, timeout=timeout_s,
-                       banner_timeout=timeout_s, auth_timeout=timeout_s)
+        connect(client, address, login, timeout_s)  # the site's known_hosts, as the guard
         cmd = (f"command -v mlnx_qos >/dev/null || exit 127; "
                f"mlnx_qos -i {shlex.quote(nic)}")
         _, stdout, _ = client.exec_command(cmd, timeout=timeout_s)

@@ -76,12 +76,12 @@ def login_for(loaded: LoadedSite, profile: Profile) -> Login:
                  known_hosts=str(site_known) if site_known.is_file() else None)
 
 
-def _open(address: str, login: Login, timeout_s: float) -> paramiko.SSHClient | Answer:
-    """A logged-in client, or the Answer that says why there is none."""
-    where = f"{address}:{login.port}"
-    client = paramiko.SSHClient()
+def connect(client: paramiko.SSHClient, address: str, login: Login, timeout_s: float) -> None:
+    """Log `client` in with the site's login. Host keys: the site's known_hosts (the keys
+    `pxe render` made), the user's and the system's; anything else is refused (the lab
+    alone accepts any key). Every SSH session to a node goes through here."""
     if login.accept_any_host_key:
-        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # noqa: S507 - the lab
+        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # the lab alone
     else:
         client.load_system_host_keys()
         user_known = Path("~/.ssh/known_hosts").expanduser()
@@ -90,11 +90,18 @@ def _open(address: str, login: Login, timeout_s: float) -> paramiko.SSHClient | 
         if login.known_hosts:
             client.load_host_keys(login.known_hosts)
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    client.connect(address, port=login.port, username=login.user,
+                   key_filename=login.key_file, look_for_keys=login.key_file is None,
+                   allow_agent=login.key_file is None, timeout=timeout_s,
+                   banner_timeout=timeout_s, auth_timeout=timeout_s)
+
+
+def _open(address: str, login: Login, timeout_s: float) -> paramiko.SSHClient | Answer:
+    """A logged-in client, or the Answer that says why there is none."""
+    where = f"{address}:{login.port}"
+    client = paramiko.SSHClient()
     try:
-        client.connect(address, port=login.port, username=login.user,
-                       key_filename=login.key_file, look_for_keys=login.key_file is None,
-                       allow_agent=login.key_file is None, timeout=timeout_s,
-                       banner_timeout=timeout_s, auth_timeout=timeout_s)
+        connect(client, address, login, timeout_s)
     except paramiko.BadHostKeyException:
         client.close()
         return Answer(State.UNVERIFIED, f"{where} answers SSH with a host key that does "
