@@ -49,6 +49,21 @@ DIALECTS: dict[str, Dialect] = {
 SESSION = "provision-fabric"
 
 
+def _connect(ep: Endpoint, device_type: str, **extra: Any) -> Any:
+    """A netmiko session, or a FabricError that says why not (the password never in it)."""
+    try:
+        return ConnectHandler(device_type=device_type, host=ep.address, port=ep.port,
+                              username=ep.username, password=ep.password.reveal(),
+                              conn_timeout=ep.timeout_s, timeout=ep.timeout_s,
+                              session_log=None, **extra)
+    except NetmikoAuthenticationException:
+        raise FabricError(f"{ep.hostname}: SSH login refused for user {ep.username}",
+                          hint="check the switch credentials reference") from None
+    except (NetmikoTimeoutException, OSError) as exc:
+        raise FabricError(f"{ep.hostname}: cannot reach {ep.address}:{ep.port} over SSH "
+                          f"({type(exc).__name__})") from None
+
+
 class NetmikoDriver:
     """One SSH session to one switch (IOS-style CLI dialects)."""
 
@@ -58,19 +73,13 @@ class NetmikoDriver:
             raise FabricError(f"{ep.hostname}: push over CLI is not implemented for {ep.nos}",
                               hint="see docs/fabric.md for the supported dialects")
         self.ep, self.dialect = ep, dialect
+        self.conn: Any = _connect(ep, dialect.device_type, secret=ep.password.reveal(),
+                                  auto_connect=True)
         try:
-            self.conn: Any = ConnectHandler(
-                device_type=dialect.device_type, host=ep.address, port=ep.port,
-                username=ep.username, password=ep.password.reveal(),
-                secret=ep.password.reveal(), conn_timeout=ep.timeout_s, timeout=ep.timeout_s,
-                session_log=None, auto_connect=True)
             if not self.conn.check_enable_mode():
                 self.conn.enable()
-        except NetmikoAuthenticationException:
-            raise FabricError(f"{ep.hostname}: SSH login refused for user {ep.username}",
-                              hint="check the switch credentials reference") from None
-        except (NetmikoTimeoutException, OSError) as exc:
-            raise FabricError(f"{ep.hostname}: cannot reach {ep.address}:{ep.port} over SSH "
+        except (NetmikoTimeoutException, OSError, ValueError) as exc:
+            raise FabricError(f"{ep.hostname}: cannot enter enable mode on {ep.address} "
                               f"({type(exc).__name__})") from None
 
     def running_config(self) -> str:
@@ -149,17 +158,7 @@ class NetmikoShell:
 
     def __init__(self, ep: Endpoint) -> None:
         self.ep = ep
-        try:
-            self.conn: Any = ConnectHandler(
-                device_type=SHELL_TYPES[ep.nos], host=ep.address, port=ep.port,
-                username=ep.username, password=ep.password.reveal(),
-                conn_timeout=ep.timeout_s, timeout=ep.timeout_s, session_log=None)
-        except NetmikoAuthenticationException:
-            raise FabricError(f"{ep.hostname}: SSH login refused for user {ep.username}",
-                              hint="check the switch credentials reference") from None
-        except (NetmikoTimeoutException, OSError) as exc:
-            raise FabricError(f"{ep.hostname}: cannot reach {ep.address}:{ep.port} over SSH "
-                              f"({type(exc).__name__})") from None
+        self.conn: Any = _connect(ep, SHELL_TYPES[ep.nos])
 
     def run(self, command: str) -> tuple[int, str]:
         out = str(self.conn.send_command(f"{command}; echo {RC_MARK}$?",
