@@ -77,6 +77,15 @@ def kernel_modules_for(loaded: LoadedSite, block: BlockType) -> str:
     return "open" if branch >= 560 else "proprietary"
 
 
+MIRROR_KEY_NAME = "site-mirror-key"  # in the rendered project's files/ (+ the key's suffix)
+
+
+def mirror_key_source(loaded: LoadedSite) -> Path | None:
+    """software.mirror_key on the controller (relative to the site), or None."""
+    key = loaded.site.software.mirror_key
+    return None if not key else loaded.base_dir.resolve() / key
+
+
 def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
     site, sw = loaded.site, loaded.site.software
     drv = sw.nvidia_driver
@@ -89,8 +98,9 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
                                  for n in site.networks},
         "provisioner_mirror": sw.mirror or "",
         "base_os_mirror": sw.mirror or "",
-        # the key's source on the controller; the role copies it and names it in signed-by
-        "base_os_mirror_key": (str(loaded.base_dir.resolve() / sw.mirror_key)
+        # the key travels inside the project (project/files/), so a job sent to an
+        # execution node carries it too; the role copies it and names it in signed-by
+        "base_os_mirror_key": (MIRROR_KEY_NAME + Path(sw.mirror_key).suffix
                                if sw.mirror_key else ""),
         "dcgm_diag_level": sw.dcgm.diag_level,
         "roce_host_interfaces": list(roce.interfaces),
@@ -116,8 +126,9 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
         data |= {"kubernetes_version": k.version, "kubernetes_cni": k.cni,
                  "kubernetes_pod_cidr": str(k.pod_cidr),
                  "kubernetes_service_cidr": str(k.service_cidr)}
-    if data["base_os_mirror_key"] and not Path(data["base_os_mirror_key"]).is_file():
-        raise RenderError(f"software.mirror_key: {data['base_os_mirror_key']} is not a file")
+    key_src = mirror_key_source(loaded)
+    if key_src is not None and not key_src.is_file():
+        raise RenderError(f"software.mirror_key: {key_src} is not a file")
     data |= sources.site_vars(sw)
     data |= _kubernetes_vars(loaded)
     for key, value in data.items():
@@ -307,6 +318,12 @@ def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
     write("env/settings", _dump({"idle_timeout": 1800}))
     _copy_tree(PLAYBOOKS_DIR, out / "project", written)
     _copy_tree(ROLES_DIR, out / "project" / "roles", written)
+    key = mirror_key_source(loaded)
+    if key is not None:  # checked to exist by _group_vars; a public key, no secret
+        dest = out / "project" / "files" / (MIRROR_KEY_NAME + key.suffix)
+        dest.parent.mkdir(exist_ok=True)
+        shutil.copyfile(key, dest)
+        written.append(dest)
     return result
 
 

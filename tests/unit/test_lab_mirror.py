@@ -156,7 +156,10 @@ def test_the_mirror_key_is_rendered_as_signed_by_and_must_exist(tmp_path):
     out = render.render(load(site), tmp_path / "out").out
     group = yaml.safe_load((out / "inventory/group_vars/all.yml").read_text())
     assert group["base_os_mirror"] == "http://10.0.0.5/ubuntu"
-    assert group["base_os_mirror_key"] == str((site / "keys/mirror.asc").resolve())
+    # the key travels inside the project (an execution node gets it with the job)
+    assert group["base_os_mirror_key"] == "site-mirror-key.asc"
+    assert (out / "project/files/site-mirror-key.asc").read_text() == \
+        "-----BEGIN PGP PUBLIC KEY BLOCK-----\n"
     line = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False).from_string(
         (ROOT / "roles/base_os/templates/sources.list.j2").read_text()).render(
         base_os_mirror=group["base_os_mirror"], base_os_mirror_key=group["base_os_mirror_key"],
