@@ -168,12 +168,17 @@ def _stop_agent(home: Path) -> None:
 
 
 def make_key(home: Path) -> tuple[str, str]:
-    """A signing key for this lab (private GNUPGHOME): (fingerprint, armored public key)."""
+    """This lab's signing key (private GNUPGHOME): (fingerprint, armored public key). Made
+    once per lab; a rebuilt mirror (a node added) is signed with the same key, which the
+    hosts already trust."""
     home.mkdir(parents=True, mode=0o700, exist_ok=True)
     try:
-        _run([*_gpg(home), "--quick-generate-key",
-              "provisioner lab mirror <lab@provisioner.invalid>", "ed25519", "sign", "1y"])
-        listing = _run([*_gpg(home), "--with-colons", "--list-secret-keys"])
+        listing = _run([*_gpg(home), "--with-colons", "--list-secret-keys"]) if any(
+            home.glob("private-keys-v1.d/*.key")) else ""
+        if "fpr:" not in listing:
+            _run([*_gpg(home), "--quick-generate-key",
+                  "provisioner lab mirror <lab@provisioner.invalid>", "ed25519", "sign", "1y"])
+            listing = _run([*_gpg(home), "--with-colons", "--list-secret-keys"])
         fpr = next(ln.split(":")[9] for ln in listing.splitlines() if ln.startswith("fpr:"))
         return fpr, _run([*_gpg(home), "--armor", "--export", fpr])
     finally:

@@ -21,6 +21,7 @@ from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import BlockKind
 from provisioner.lab import emulators, procs, redfish_shape, shapes
 from provisioner.lab import hosts as hosts_mod
+from provisioner.lab import mirror as mirror_mod
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,12 @@ def adopt(loaded: LoadedSite, hostname: str, address: str, port: int) -> Unknown
                                       hosts_mod.ensure_rootfs(), state.ssh_tag,
                                       max(used, default=-1) + 1)
             state.ssh_hosts.append(host)
+    if state.mirror:  # the grown site may install what the lab's mirror lacks (a new block)
+        from provisioner import render
+        info = mirror_mod.build(mirror_mod.wanted(render.artifacts(loaded)), lab / "mirror/repo",
+                                lab / "mirror/gnupg", hosts_mod.default_cache() / "mirror",
+                                hosts_mod.ensure_rootfs())
+        state.mirror |= {"real_debs": info.real_debs, "standin_debs": info.standin_debs}
     lab_mod.write_overlay(loaded, state)
     lab_mod.save(lab, state)
     return node

@@ -167,3 +167,12 @@ def test_the_mirror_key_is_rendered_as_signed_by_and_must_exist(tmp_path):
         base_os_mirror_suites="jammy", base_os_mirror_components="main")
     assert "deb [signed-by=/etc/apt/keyrings/provisioner-mirror.asc] http://10.0.0.5/ubuntu " \
         "jammy main" in line
+
+
+@requires_apt_tools
+def test_a_rebuilt_mirror_is_signed_with_the_key_the_hosts_already_trust(tmp_path):
+    """`provision add` rebuilds the lab mirror for the grown site: same lab, same key."""
+    first = mirror.make_key(tmp_path / "gnupg")
+    again = mirror.make_key(tmp_path / "gnupg")
+    other = mirror.make_key(tmp_path / "other")
+    assert again == first and other[0] != first[0]
