@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from provisioner import render, statedir
+from provisioner import statedir
 from provisioner.errors import ConfigError
 from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
@@ -255,7 +255,7 @@ def _start_ssh_hosts(loaded: LoadedSite, lab: Path, state: LabState,
                      rootfs_cache: Path | None, timeout_s: float) -> None:
     plan, network, gateway = ssh_plan(loaded)
     rootfs = hosts_mod.ensure_rootfs(rootfs_cache)
-    info = mirror_mod.build(mirror_mod.wanted(render.artifacts(loaded)), lab / "mirror/repo",
+    info = mirror_mod.build(mirror_mod.wanted_for(loaded), lab / "mirror/repo",
                             lab / "mirror/gnupg", (rootfs_cache or hosts_mod.default_cache())
                             / "mirror", rootfs)
     state.ssh_tag = hashlib.sha1(str(lab).encode()).hexdigest()[:8]  # noqa: S324 - a name

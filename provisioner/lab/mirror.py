@@ -32,6 +32,7 @@ from email.utils import formatdate
 from pathlib import Path
 
 from provisioner.errors import ConfigError
+from provisioner.inventory.loader import LoadedSite
 from provisioner.lab.standins import (
     ARCH,
     NEIGHBOURS,
@@ -185,7 +186,7 @@ def make_key(home: Path) -> tuple[str, str]:
         _stop_agent(home)
 
 
-def build(wanted: dict[str, str], out: Path, gnupg_home: Path, cache: Path, rootfs: Path
+def build(wanted: Sequence[tuple[str, str]], out: Path, gnupg_home: Path, cache: Path, rootfs: Path
           ) -> MirrorInfo:
     """Build the signed repository in `out` (dists/, pool/) for the wanted packages.
 
@@ -199,7 +200,7 @@ def build(wanted: dict[str, str], out: Path, gnupg_home: Path, cache: Path, root
     started = time.monotonic()
     debian = DebianCache(cache / f"debian-{SUITE}", rootfs)
     debian.update()
-    ident = json.dumps([sorted(wanted.items()), STANDIN_VERSION, repr(STANDINS),
+    ident = json.dumps([sorted(wanted), STANDIN_VERSION, repr(STANDINS),
                         sorted(NEIGHBOURS.items()), debian.stamp()])
     shared = cache / "repos" / hashlib.sha256(ident.encode()).hexdigest()[:16]
     if not (shared / "counts.json").exists():
@@ -220,7 +221,7 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def _build_pool(shared: Path, wanted: dict[str, str], debian: DebianCache,
+def _build_pool(shared: Path, wanted: Sequence[tuple[str, str]], debian: DebianCache,
                 standin_cache: Path) -> None:
     """pool/main and its unsigned Packages indexes, for `build` to share."""
     p = plan(wanted, debian.names())
@@ -299,11 +300,23 @@ def serve_argv(root: Path, address: str, port: int) -> list[str]:
             str(port)]
 
 
-def wanted(artifacts: Sequence[dict[str, str]]) -> dict[str, str]:
-    """Package name -> pinned upstream version ("" when unpinned), from what
-    `render.artifacts` says the rendered roles install."""
-    out: dict[str, str] = {}
-    for item in artifacts:
-        if item["kind"] == "package":
-            out[item["name"]] = item["version"]
-    return out
+def wanted(*artifact_lists: Sequence[dict[str, str]]) -> list[tuple[str, str]]:
+    """(package name, pinned upstream version or "") pairs, from what `render.artifacts`
+    says the rendered roles install; one list per software set (the site, each bundle)."""
+    return sorted({(item["name"], item["version"]) for artifacts in artifact_lists
+                   for item in artifacts if item["kind"] == "package"})
+
+
+def wanted_for(loaded: LoadedSite) -> list[tuple[str, str]]:
+    """Everything the site installs now and at each of its release bundles
+    (bundles/NAME.yaml), so that `upgrade apply` in the lab finds the new versions too,
+    as a site mirrors a release before rolling it out."""
+    from provisioner import render
+    from provisioner.inventory.bundle_models import available, load_bundle
+    from provisioner.upgrade.plan import site_at
+
+    lists = [render.artifacts(loaded)]
+    for name in available(loaded.base_dir):
+        lists.append(render.artifacts(site_at(loaded, load_bundle(loaded.base_dir,
+                                                                  name).bundle)))
+    return wanted(*lists)

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,17 +125,24 @@ def _full_version(spec: StandIn, upstream: str) -> str:
     return upstream if ":" in upstream and not spec.revision else upstream + spec.revision
 
 
-def plan(wanted: dict[str, str], debian_names: set[str]) -> MirrorPlan:
-    """The closure of `wanted` (name -> pinned upstream version or ""): Debian's packages
-    where Debian has them, stand-ins for the rest, following stand-ins' Depends."""
+def plan(wanted: Mapping[str, str] | Sequence[tuple[str, str]], debian_names: set[str]
+         ) -> MirrorPlan:
+    """The closure of `wanted` ((name, pinned upstream version or "") pairs; a name may come
+    at several versions, e.g. the site's and a release bundle's): Debian's packages where
+    Debian has them, stand-ins for the rest, following stand-ins' Depends."""
     out = MirrorPlan()
-    queue = list(wanted.items())
-    seen: set[str] = set()
+    top = list(wanted.items()) if isinstance(wanted, Mapping) else list(wanted)
+    # (name, version, asked): a name asked for at a second version gets it too; a
+    # dependency of a name already planned adds nothing
+    queue = [(n, v, True) for n, v in top]
+    seen: set[tuple[str, str]] = set()
+    names: set[str] = set()
     while queue:
-        name, upstream = queue.pop(0)
-        if name in seen:
+        name, upstream, asked = queue.pop(0)
+        if (name, upstream) in seen or (not asked and name in names):
             continue
-        seen.add(name)
+        seen.add((name, upstream))
+        names.add(name)
         spec = standin_for(name)
         if spec is None:
             if name not in debian_names:
@@ -147,15 +155,17 @@ def plan(wanted: dict[str, str], debian_names: set[str]) -> MirrorPlan:
         branch = next(iter(re.findall(r"-(\d{3})(?:-|$)", name)), "")
         server = "-server" if f"-{branch}-server" in name else ""
         versions = [base, *NEIGHBOURS.get(base, ())]
-        out.standins[name] = []
+        have = out.standins.setdefault(name, [])
         for up in versions:
             full = _full_version(spec, up)
-            out.standins[name].append(full)
+            if full in have:
+                continue
+            have.append(full)
             deps = [d.format(v=full, b=branch, s=server) for d in spec.depends]
             out.standin_depends[(name, full)] = deps
             for dep in deps:
                 dep_name = dep.split()[0]
-                queue.append((dep_name, up if f"(= {full})" in dep else ""))
+                queue.append((dep_name, up if f"(= {full})" in dep else "", False))
     return out
 
 

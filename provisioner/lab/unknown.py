@@ -132,8 +132,7 @@ def adopt(loaded: LoadedSite, hostname: str, address: str, port: int) -> Unknown
                                       max(used, default=-1) + 1)
             state.ssh_hosts.append(host)
     if state.mirror:  # the grown site may install what the lab's mirror lacks (a new block)
-        from provisioner import render
-        info = mirror_mod.build(mirror_mod.wanted(render.artifacts(loaded)), lab / "mirror/repo",
+        info = mirror_mod.build(mirror_mod.wanted_for(loaded), lab / "mirror/repo",
                                 lab / "mirror/gnupg", hosts_mod.default_cache() / "mirror",
                                 hosts_mod.ensure_rootfs())
         state.mirror |= {"real_debs": info.real_debs, "standin_debs": info.standin_debs}
