@@ -132,14 +132,14 @@ def plan(wanted: Mapping[str, str] | Sequence[tuple[str, str]], debian_names: se
     Debian has them, stand-ins for the rest, following stand-ins' Depends."""
     out = MirrorPlan()
     top = list(wanted.items()) if isinstance(wanted, Mapping) else list(wanted)
-    # (name, version, asked): a name asked for at a second version gets it too; a
-    # dependency of a name already planned adds nothing
+    # (name, version, asked): a name asked for at a second version gets it too, and so do
+    # its exact-version dependencies; an unversioned dependency of a planned name adds nothing
     queue = [(n, v, True) for n, v in top]
     seen: set[tuple[str, str]] = set()
     names: set[str] = set()
     while queue:
         name, upstream, asked = queue.pop(0)
-        if (name, upstream) in seen or (not asked and name in names):
+        if (name, upstream) in seen or (not asked and not upstream and name in names):
             continue
         seen.add((name, upstream))
         names.add(name)

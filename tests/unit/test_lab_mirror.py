@@ -176,3 +176,12 @@ def test_a_rebuilt_mirror_is_signed_with_the_key_the_hosts_already_trust(tmp_pat
     again = mirror.make_key(tmp_path / "gnupg")
     other = mirror.make_key(tmp_path / "other")
     assert again == first and other[0] != first[0]
+
+
+def test_a_second_version_brings_its_exact_dependencies_too():
+    """The site's driver and a release bundle's: apt can only move to the bundle's if the
+    libraries it depends on at exactly its version are in the mirror as well."""
+    p = standins.plan([("nvidia-driver-570-open", "570.124.06"),
+                       ("nvidia-driver-570-open", "570.148.08")], set())
+    for lib in ("libnvidia-compute-570", "nvidia-utils-570", "nvidia-kernel-common-570"):
+        assert {"570.124.06-0ubuntu1", "570.148.08-0ubuntu1"} <= set(p.standins[lib]), lib
