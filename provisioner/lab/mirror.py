@@ -35,10 +35,9 @@ from provisioner.errors import ConfigError
 from provisioner.inventory.loader import LoadedSite
 from provisioner.lab.standins import (
     ARCH,
-    NEIGHBOURS,
     STANDIN_VERSION,
-    STANDINS,
     SUITE,
+    MirrorPlan,
     build_standin,
     plan,
 )
@@ -200,11 +199,15 @@ def build(wanted: Sequence[tuple[str, str]], out: Path, gnupg_home: Path, cache:
     started = time.monotonic()
     debian = DebianCache(cache / f"debian-{SUITE}", rootfs)
     debian.update()
-    ident = json.dumps([sorted(wanted), STANDIN_VERSION, repr(STANDINS),
-                        sorted(NEIGHBOURS.items()), debian.stamp()])
+    planned = plan(wanted, debian.names())
+    # keyed by what goes in (the plan itself, not only what was asked: a change in how the
+    # closure is computed must not reuse a pool built the old way)
+    ident = json.dumps([sorted(planned.standins.items()),
+                        sorted((f"{n}={v}", d) for (n, v), d in planned.standin_depends.items()),
+                        sorted(planned.real), STANDIN_VERSION, debian.stamp()])
     shared = cache / "repos" / hashlib.sha256(ident.encode()).hexdigest()[:16]
     if not (shared / "counts.json").exists():
-        _build_pool(shared, wanted, debian, cache / "standins")
+        _build_pool(shared, planned, debian, cache / "standins")
     counts = json.loads((shared / "counts.json").read_text())
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(shared, out, copy_function=_link_or_copy)
@@ -221,10 +224,9 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def _build_pool(shared: Path, wanted: Sequence[tuple[str, str]], debian: DebianCache,
+def _build_pool(shared: Path, p: MirrorPlan, debian: DebianCache,
                 standin_cache: Path) -> None:
     """pool/main and its unsigned Packages indexes, for `build` to share."""
-    p = plan(wanted, debian.names())
     standin_cache.mkdir(parents=True, exist_ok=True)
     tmp = shared.with_name(shared.name + f".partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
