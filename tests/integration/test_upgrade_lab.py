@@ -15,6 +15,7 @@ run, the gate, the state and the API calls."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,8 +40,8 @@ WORKERS = {"dgx01", "dgx02", "stor01"}
 
 
 @pytest.fixture(scope="module")
-def upgrade_lab(tmp_path_factory: Any) -> Iterator[tuple[Path, StandInApiServer]]:
-    with ssh_lab(tmp_path_factory, EXAMPLE, "upgrade") as (site, _):
+def upgrade_lab(tmp_path_factory: Any) -> Iterator[tuple[Path, StandInApiServer, Path]]:
+    with ssh_lab(tmp_path_factory, EXAMPLE, "upgrade") as (site, state):
         loaded = load(site)
         hosts = [p.hostname for p in servers(loaded)]
         # The nodes were brought up earlier (test_up shows that run): recorded ready.
@@ -65,8 +66,9 @@ def upgrade_lab(tmp_path_factory: Any) -> Iterator[tuple[Path, StandInApiServer]
         srv = StandInApiServer(tmp_path_factory.mktemp("kube") / "world.json")
         srv.save(w)
         srv.start()
+        dgx01 = Path(next(h.upper for h in state.ssh_hosts if h.name == "dgx01"))
         try:
-            yield site, srv
+            yield site, srv, dgx01
         finally:
             srv.shutdown()
             srv.server_close()
@@ -80,8 +82,15 @@ def apply(site: Path, url: str) -> tuple[int, dict[str, Any], str]:
     return proc.returncode, doc, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
+def installed(upper: Path) -> dict[str, str]:
+    """Package -> version, from the dpkg database apt wrote on the lab host."""
+    text = (upper / "var/lib/dpkg/status").read_text()
+    return {m["p"]: m["v"] for m in re.finditer(
+        r"^Package: (?P<p>\S+)\n(?:(?!\n\n).)*?^Version: (?P<v>\S+)", text, re.M | re.S)}
+
+
 def test_upgrade_apply_one_node_fails_its_gate_then_a_rerun_completes(upgrade_lab):
-    site, srv = upgrade_lab
+    site, srv, dgx01 = upgrade_lab
     plan = json.loads(provision("upgrade", "plan", str(site), "--to", "2026.11",
                                 "--batch", "100%", "--max-unavailable", "3", "--json",
                                 check=True).stdout)
@@ -106,6 +115,13 @@ def test_upgrade_apply_one_node_fails_its_gate_then_a_rerun_completes(upgrade_la
     upgraded = {e.hostname for e in store.events() if e.kind == "upgraded"}
     assert upgraded == set(phases) - {BAD}  # the control planes' earlier records included
     assert store.lease_holder() is None  # the lease went with the run
+    # apt really moved the packages, from the lab's signed mirror, to the bundle's versions
+    bundle = load_bundle(site, "2026.11").bundle
+    now = installed(dgx01)
+    assert now["kubeadm"].startswith(f"{bundle.kubernetes}-"), now.get("kubeadm")
+    assert bundle.nvidia_driver.version
+    assert now["nvidia-driver-570-open"].startswith(bundle.nvidia_driver.version + "-")
+    assert now["libnvidia-compute-570"] == now["nvidia-driver-570-open"]
 
     w["nodes"][BAD]["ready"] = True  # fixed
     srv.save(w)
