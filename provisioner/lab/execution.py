@@ -63,14 +63,12 @@ def start(loaded: LoadedSite, lab: Path, tag: str, rootfs: Path, timeout_s: floa
     started: list[hosts_mod.SshHost] = []
     try:
         for i, (name, address) in enumerate(plan):
+            # its own copy of the lab's key, in place before its init runs
             h = hosts_mod._start_host(name, address, network, gateway, workdir, rootfs,
                                       hosts_mod.bridge_name(tag), f"{tag[:6]}{EXEC_INDEX + i}", key,
-                                      ro_binds=binds)
+                                      ro_binds=binds,
+                                      files={str(key.resolve()): key.read_bytes()})
             started.append(h)
-            own = Path(h.upper) / str(key.resolve()).lstrip("/")
-            own.parent.mkdir(parents=True, exist_ok=True)
-            own.write_bytes(key.read_bytes())
-            own.chmod(0o600)
         for h in started:
             hosts_mod._wait_ssh(h, timeout_s)
     except BaseException:

@@ -21,7 +21,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
@@ -170,9 +170,11 @@ def up(hosts: Sequence[tuple[str, IPv4Address]], network: IPv4Network, gateway: 
 
 def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: IPv4Address,
                 workdir: Path, rootfs: Path, bridge: str, short: str, key: Path,
-                ro_binds: Sequence[str] = ()) -> SshHost:
+                ro_binds: Sequence[str] = (), files: Mapping[str, bytes] | None = None
+                ) -> SshHost:
     """One host; `ro_binds` are host directories bind-mounted read-only at the same path
-    inside it (an execution node's Python and virtual environment: lab/execution.py)."""
+    inside it (an execution node's Python and virtual environment: lab/execution.py);
+    `files` (absolute path -> bytes, 0600) are in place before its init starts."""
     netns = f"pv-{short}"
     veth = f"pv{short}"[:15]
     d = workdir / name
@@ -197,6 +199,15 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
     (d / "upper" / INSTALL_MARKER.lstrip("/")).write_text(name + "\n")
     for p in ro_binds:
         (d / "upper" / p.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    for p, data in (files or {}).items():
+        target = d / "upper" / p.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(0o600)
+    # The lab's own paths live under /tmp on test machines: systemd-tmpfiles must not empty
+    # it at boot (Debian's tmp.conf `D /tmp`); an /etc file of the same name overrides it.
+    (d / "upper/etc/tmpfiles.d").mkdir(parents=True, exist_ok=True)
+    (d / "upper/etc/tmpfiles.d/tmp.conf").write_text("# lab host: /tmp is kept at boot\n")
     (d / "upper/etc/ssh/sshd_config.lab").write_text(
         f"ListenAddress {address}\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\n"
