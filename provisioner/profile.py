@@ -8,7 +8,8 @@ lab host cannot do, by tag (one rule; `skipped_tasks` counts them for the output
 - needs_gpu      reads or drives a GPU (nvidia-smi, DCGM, fabric manager on NVSwitch)
 - needs_cluster  needs a Kubernetes API server (kubeadm init/join, kubectl, helm)
 - needs_kernel   loads kernel modules, applies sysctls, rebuilds the initramfs, reboots
-- needs_init     starts or restarts a systemd service
+- needs_init     starts or restarts a systemd service: run in the lab, whose hosts boot
+                 systemd as PID 1 (lab/hosts.py); skipped only where a host has no init
 
 Package installs are not skipped: the lab serves a signed apt mirror (lab/mirror.py) that
 the roles install from for real. Their tag, needs_mirror (needs a package source: the
@@ -29,8 +30,7 @@ import yaml
 from provisioner import statedir
 from provisioner.inventory.loader import LoadedSite
 
-LAB_SKIP_TAGS: tuple[str, ...] = ("needs_gpu", "needs_cluster", "needs_kernel",
-                                  "needs_init")
+LAB_SKIP_TAGS: tuple[str, ...] = ("needs_gpu", "needs_cluster", "needs_kernel")
 LAB_OS_TIMEOUT_S = 60.0  # a lab host's sshd is up in seconds; a real install takes longer
 
 

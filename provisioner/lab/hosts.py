@@ -1,10 +1,13 @@
-"""SSH test hosts for the lab: one network namespace + sshd + copy-on-write root per node.
+"""SSH test hosts for the lab: one network namespace + systemd + copy-on-write root per node.
 
 Each host is a network namespace holding the node's management address, connected by a
-veth pair to a bridge that carries the network's gateway address, running its own sshd
-chrooted into an overlayfs of a shared Debian root filesystem (debootstrap, built once and
-cached). Whatever Ansible changes lands in the host's own `upper/` directory and nowhere
-else. Needs root, iproute2, util-linux (unshare) and debootstrap.
+veth pair to a bridge that carries the network's gateway address. In it, systemd runs as
+PID 1 of the host's own PID, mount, UTS, IPC and cgroup namespaces, chrooted into an
+overlayfs of a shared Debian root filesystem (debootstrap, built once and cached), and
+starts the host's sshd as a unit (lab-sshd.service), so the roles' service tasks run for
+real. Whatever Ansible changes lands in the host's own `upper/` directory and nowhere
+else. Needs root, iproute2, util-linux (unshare), a cgroup-v1 name=systemd hierarchy and
+debootstrap.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -30,9 +34,36 @@ ROOTFS_SUITE = "bookworm"
 ROOTFS_MIRROR = "http://deb.debian.org/debian"
 # What the roles need on a host without a GPU: sshd, Python with apt bindings, chrony.
 ROOTFS_PACKAGES = ("openssh-server", "python3", "python3-apt", "sudo", "iproute2", "chrony",
-                   "ca-certificates", "kmod")
-ROOTFS_VERSION = "1"  # bump when the package list changes: the cache is rebuilt
+                   "ca-certificates", "kmod", "systemd", "systemd-sysv", "dbus")
+ROOTFS_VERSION = "2"  # bump when the package list changes: the cache is rebuilt
 INSTALL_MARKER = "/etc/provisioner-installed"  # = workflows.steps.guard.MARKER
+# Units that cannot work in a namespace, or must not touch the real machine: consoles,
+# device management, the clock (chrony runs with -x below), networking (set from outside),
+# logind (needs a seat), Debian's own ssh unit (lab-sshd.service replaces it).
+MASKED_UNITS = ("systemd-logind.service", "getty@.service", "console-getty.service",
+                "serial-getty@.service", "systemd-udevd.service",
+                "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
+                "systemd-udev-trigger.service", "systemd-timesyncd.service",
+                "systemd-networkd.service", "systemd-resolved.service",
+                "systemd-networkd-wait-online.service", "ssh.service", "ssh.socket",
+                "systemd-modules-load.service", "systemd-sysctl.service",
+                "sys-kernel-debug.mount", "sys-kernel-tracing.mount",
+                "systemd-remount-fs.service", "systemd-firstboot.service")
+LAB_SSHD_UNIT = """[Unit]
+Description=sshd of a provisioner lab host
+After=network.target
+
+[Service]
+ExecStartPre=/usr/bin/mkdir -p /run/sshd
+ExecStart=/usr/sbin/sshd -D -f /etc/ssh/sshd_config.lab -E /var/log/sshd.log
+KillMode=process
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+"""
+# chronyd must never set the real machine's clock: -x leaves it alone (chronyd(8)).
+CHRONY_DROPIN = "[Service]\nExecStart=\nExecStart=!/usr/sbin/chronyd $DAEMON_OPTS -x\n"
 
 
 @dataclass
@@ -177,19 +208,33 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
         f"ListenAddress {address}\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\n"
         "PidFile /run/sshd.pid\nSubsystem sftp /usr/lib/openssh/sftp-server\n")
-    script = (f"hostname {name} && "
-              f"mount -t overlay overlay -o lowerdir={rootfs},upperdir={d / 'upper'},"
-              f"workdir={d / 'work'} {d / 'merged'} && "
-              f"mount -t proc proc {d / 'merged/proc'} && "
-              f"mount --rbind /dev {d / 'merged/dev'} && "
-              + "".join(f"mount --bind {p} {d / 'merged'}{p} && "
-                        f"mount -o remount,bind,ro {d / 'merged'}{p} && " for p in ro_binds) +
-              f"exec chroot {d / 'merged'} /usr/sbin/sshd -D -f /etc/ssh/sshd_config.lab "
-              "-E /var/log/sshd.log")
+    _write_units(d / "upper/etc/systemd/system")
+    m = d / "merged"
+    # Inside the host's own PID, mount, UTS, IPC and cgroup namespaces: systemd is PID 1 of
+    # its PID namespace, so killing it ends every process of the host. The real machine is
+    # never changed: mounts are private to the namespace, sysfs is the netns' own and
+    # read-only, the cgroup hierarchy is a sub-tree (cgroup namespace) of the lab's own.
+    inner = (f"hostname {name} && "
+             f"mount -t overlay overlay -o lowerdir={rootfs},upperdir={d / 'upper'},"
+             f"workdir={d / 'work'} {m} && "
+             f"mount -t proc proc {m}/proc && "
+             f"mount -t sysfs -o ro sysfs {m}/sys && "
+             f"mount -t tmpfs -o mode=755 tmpfs {m}/sys/fs/cgroup && "
+             f"mkdir {m}/sys/fs/cgroup/systemd && "
+             f"mount -t cgroup -o none,name=systemd cgroup {m}/sys/fs/cgroup/systemd && "
+             f"mount -t tmpfs -o mode=755 tmpfs {m}/run && "
+             f"mount --rbind /dev {m}/dev && "
+             + "".join(f"mount --bind {p} {m}{p} && "
+                       f"mount -o remount,bind,ro {m}{p} && " for p in ro_binds) +
+             "exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin container=provisioner-lab "
+             f"chroot {m} /lib/systemd/systemd --system --log-target=console")
+    cgroup = orphans.cgroup_of(netns)
+    outer = (f"mkdir -p {cgroup} && echo $$ > {cgroup}/cgroup.procs && "
+             f"exec ip netns exec {netns} unshare --fork --pid --mount --uts --ipc --cgroup "
+             f"--propagation private --kill-child sh -c {shlex.quote(inner)}")
     log = open(d / "host.log", "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
-        proc = subprocess.Popen(["ip", "netns", "exec", netns, "unshare", "-m", "-u",
-                                 "--propagation", "private", "sh", "-c", script],
+        proc = subprocess.Popen(["sh", "-c", outer],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     finally:
@@ -197,6 +242,18 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
     ticks = start_ticks(proc.pid) or 0
     return SshHost(name=name, address=str(address), netns=netns, veth=veth, pid=proc.pid,
                    start_ticks=ticks, upper=str(d / "upper"))
+
+
+def _write_units(etc_systemd: Path) -> None:
+    """The host's sshd as a unit of its systemd, the masks, chrony without the clock."""
+    wants = etc_systemd / "multi-user.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (etc_systemd / "lab-sshd.service").write_text(LAB_SSHD_UNIT)
+    (wants / "lab-sshd.service").symlink_to("../lab-sshd.service")
+    for unit in MASKED_UNITS:
+        (etc_systemd / unit).symlink_to("/dev/null")
+    (etc_systemd / "chrony.service.d").mkdir()
+    (etc_systemd / "chrony.service.d/lab.conf").write_text(CHRONY_DROPIN)
 
 
 def _wait_ssh(host: SshHost, timeout_s: float) -> None:
@@ -246,6 +303,7 @@ def _stop_host(h: SshHost) -> None:
         os.waitpid(h.pid, os.WNOHANG)
     _run(["ip", "netns", "del", h.netns], check=False)
     _run(["ip", "link", "del", h.veth], check=False)
+    orphans.remove_cgroup(h.netns)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,14 +9,38 @@ lab, or anything else on the machine, is never touched.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 # hosts._start_host: f"pv-{tag[:6]}{i}"; switch.start_one: f"pvl{tag}-{name}"
 NETNS_RE = re.compile(r"^(pv-[0-9a-f]{6}\d+|pvl[0-9a-f]{6,}-\S+)$")
 BRIDGE_RE = re.compile(r"^pvb[0-9a-f]{8}$")  # hosts.bridge_name
+# The named systemd cgroup-v1 hierarchy in which each lab host's systemd gets its own
+# sub-tree (hosts._start_host); it goes with the host's namespace.
+SYSTEMD_CGROUP = Path("/sys/fs/cgroup/systemd")
+
+
+def cgroup_of(netns: str) -> Path:
+    return SYSTEMD_CGROUP / f"pvlab-{netns}"
+
+
+def remove_cgroup(netns: str) -> None:
+    """A host's cgroup sub-tree, deepest first (a cgroup goes once its processes have)."""
+    top = cgroup_of(netns)
+    for _ in range(100):  # killed processes leave their cgroups within moments
+        if not top.is_dir():
+            return
+        subs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+        with contextlib.suppress(OSError):
+            for sub in [*subs, top]:
+                sub.rmdir()
+            return
+        time.sleep(0.05)
 
 
 @dataclass
@@ -68,6 +92,7 @@ def prune() -> Leftovers:
     left = find()
     for name in left.namespaces:
         _ip(["netns", "del", name])
+        remove_cgroup(name)
     for name in left.bridges:
         _ip(["link", "del", name])
     return left
