@@ -174,7 +174,7 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
                 ) -> SshHost:
     """One host; `ro_binds` are host directories bind-mounted read-only at the same path
     inside it (an execution node's Python and virtual environment: lab/execution.py);
-    `files` (absolute path -> bytes, 0600) are in place before its sshd starts."""
+    `files` (absolute path -> bytes, 0600) are in place before its init starts."""
     netns = f"pv-{short}"
     veth = f"pv{short}"[:15]
     d = workdir / name
@@ -204,6 +204,11 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         target.chmod(0o600)
+    # The lab's own paths live under /tmp on test machines: systemd-tmpfiles must not empty
+    # it at boot (Debian's tmp.conf `D /tmp`); an /etc file of the same name overrides it
+    # (tmpfiles.d(5)).
+    (d / "upper/etc/tmpfiles.d").mkdir(parents=True, exist_ok=True)
+    (d / "upper/etc/tmpfiles.d/tmp.conf").write_text("# lab host: /tmp is kept at boot\n")
     (d / "upper/etc/ssh/sshd_config.lab").write_text(
         f"ListenAddress {address}\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\n"
