@@ -47,6 +47,9 @@ UNVERSIONED_FABRIC_FROM = 580
 # Branch from which NVIDIA publishes nvidia-driver-pinning-* packages for apt (the 580
 # branch is the first the guide's pinning examples name).
 PINNING_PACKAGE_FROM = 580
+# DCGM 4's Debian packages carry epoch 1: datacenter-gpu-manager-4-core 1:4.5.2-1 in NVIDIA's
+# CUDA repository (as tracked by Azure AgentBaker's parts/common/components.json).
+DCGM_APT_EPOCH = "1:"
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,25 @@ class Payload:
     cuda: tuple[str, ...] = ()
     # Packages held at exactly the driver version by an apt preferences pin.
     pinned_at_driver: tuple[str, ...] = field(default=())
+
+    def apt_specs(self, names: tuple[str, ...], sw: Software) -> list[str]:
+        """What apt installs: `name=<version>-*` for each package the site pins.
+
+        An installed package stays where it is under `state: present` and a bare name: the
+        version is what makes an upgrade (or a rollback) move it. The apt preferences pin
+        beside it holds it there afterwards."""
+        drv = sw.nvidia_driver.version if sw.nvidia_driver else None
+        out = []
+        for n in names:
+            if drv and n in self.pinned_at_driver:
+                out.append(f"{n}={drv}-*")
+            elif n in self.dcgm and sw.dcgm.version:
+                out.append(f"{n}={DCGM_APT_EPOCH}{sw.dcgm.version}-*")
+            elif n in self.cuda and sw.cuda and sw.cuda.count(".") == 2:
+                out.append(f"{n}={sw.cuda}-*")  # cuda-toolkit-12-8 at 12.8.1
+            else:
+                out.append(n)
+        return out
 
     def by_role(self) -> dict[str, tuple[str, ...]]:
         return {"nvidia_driver": self.pinning + self.driver, "fabric_manager": self.fabric,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner.errors import ConfigError
+from provisioner.payload import DCGM_APT_EPOCH
 
 SUITE = "bookworm"  # = hosts.ROOTFS_SUITE: the lab hosts' distribution
 ARCH = "amd64"
@@ -32,7 +33,8 @@ class StandIn:
 
     revision: str
     depends: tuple[str, ...] = ()
-    default_version: str = ""  # when the site pins none
+    default_version: str = ""  # when the site pins none (with an epoch: a full version)
+    epoch: str = ""
 
 
 # Vendor packaging, from the vendors' own control files and Packages indexes:
@@ -80,8 +82,10 @@ STANDINS: tuple[tuple[str, StandIn], ...] = (
     (r"linux-modules-nvidia-.*", StandIn("-1")),  # its version is the kernel's: not modelled
     (r"cuda-toolkit-(\d+)-(\d+)", StandIn("-1", default_version="12.8.0")),
     (r"datacenter-gpu-manager-4-cuda\d+",
-     StandIn("", ("datacenter-gpu-manager-4-core (= {v})",), default_version="1:4.5.2-1")),
-    (r"datacenter-gpu-manager.*", StandIn("", default_version="1:4.5.2-1")),
+     StandIn("-1", ("datacenter-gpu-manager-4-core (= {v})",), default_version="1:4.5.2-1",
+             epoch=DCGM_APT_EPOCH)),
+    (r"datacenter-gpu-manager.*", StandIn("-1", default_version="1:4.5.2-1",
+                                          epoch=DCGM_APT_EPOCH)),
     (r"nvidia-container-toolkit", StandIn("-1", ("nvidia-container-toolkit-base (= {v})",
                                                  "libnvidia-container-tools (>= {v})"),
                                           default_version="1.17.4")),
@@ -122,7 +126,9 @@ class MirrorPlan:
 
 
 def _full_version(spec: StandIn, upstream: str) -> str:
-    return upstream if ":" in upstream and not spec.revision else upstream + spec.revision
+    """A pinned upstream version (4.5.1) as the package carries it (1:4.5.1-1); a default
+    with an epoch is one already."""
+    return upstream if ":" in upstream else spec.epoch + upstream + spec.revision
 
 
 def plan(wanted: Mapping[str, str] | Sequence[tuple[str, str]], debian_names: set[str]

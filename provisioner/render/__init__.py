@@ -231,6 +231,13 @@ def _payload_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
         "fabric_manager_service": p.fabric_service,
         "dcgm_packages": list(p.dcgm),
         "cuda_toolkit_packages": list(p.cuda),
+        # the same packages as apt installs them: at the pinned versions
+        "nvidia_driver_package_specs": p.apt_specs(p.driver, sw),
+        "fabric_manager_package_specs": p.apt_specs(p.fabric, sw),
+        "dcgm_package_specs": p.apt_specs(p.dcgm, sw),
+        "dcgm_pin_version": (f"{payload_mod.DCGM_APT_EPOCH}{sw.dcgm.version}-*"
+                             if sw.dcgm.version else ""),
+        "cuda_toolkit_package_specs": p.apt_specs(p.cuda, sw),
         "cuda_toolkit_repo_distro": payload_mod.cuda_repo_distro(sw.os),
     }
     if h.block.imex:

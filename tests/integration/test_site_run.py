@@ -107,7 +107,9 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     assert (dgx / "usr/bin/containerd").is_file()  # a real Debian package
     assert (dgx / "usr/share/doc/doca-ofed/PROVISIONER-LAB-STAND-IN").is_file()
     assert not (dgx / "usr/bin/nvidia-smi").exists()  # stand-ins ship no binaries
-    assert "datacenter-gpu-manager-4-core" in pkgs
+    # DCGM at the site's pin (4.5.1) although the mirror's newest is 4.5.2 (bundle 2026.11)
+    assert pkgs["datacenter-gpu-manager-4-core"][1] == "1:4.5.1-1", pkgs.get(
+        "datacenter-gpu-manager-4-core")
     assert "nvidia-driver-570-open" not in dpkg_status(cp)  # no GPU, no driver
 
     # what a lab host cannot do (a GPU, a cluster, the kernel, an init system) is skipped by

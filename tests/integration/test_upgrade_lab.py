@@ -8,9 +8,9 @@ To keep CI time down, the control planes are recorded as already on the bundle (
 that stopped after them leaves them; control planes first is shown by the unit test of
 apply and the simulation): the run here upgrades the three workers in one batch.
 
-Whether apt really moves the packages depends on the lab mirror of the payload (the
-needs_mirror tasks are skipped by tag until it lands); what this test shows is the rolling
-run, the gate, the state and the API calls."""
+dgx01 is first installed for real at the site's pins (release 2026.10: driver 570.124.06,
+DCGM 4.5.1, Kubernetes 1.31.4) from the lab's signed mirror, so the upgrade shows apt moving
+installed packages to the bundle's versions, not a first install at them."""
 
 from __future__ import annotations
 
@@ -67,6 +67,11 @@ def upgrade_lab(tmp_path_factory: Any) -> Iterator[tuple[Path, StandInApiServer,
         srv.save(w)
         srv.start()
         dgx01 = Path(next(h.upper for h in state.ssh_hosts if h.name == "dgx01"))
+        # dgx01 as `up` left it: the roles at the site's own pins (test_up shows the rest)
+        provision("run", str(site), "--lab", "--limit", "dgx01", timeout=1800, check=True)
+        before = installed(dgx01)
+        assert before["nvidia-driver-570-open"].startswith("570.124.06-"), before
+        assert before["datacenter-gpu-manager-4-core"] == "1:4.5.1-1", before
         try:
             yield site, srv, dgx01
         finally:
@@ -122,6 +127,8 @@ def test_upgrade_apply_one_node_fails_its_gate_then_a_rerun_completes(upgrade_la
     assert bundle.nvidia_driver.version
     assert now["nvidia-driver-570-open"].startswith(bundle.nvidia_driver.version + "-")
     assert now["libnvidia-compute-570"] == now["nvidia-driver-570-open"]
+    assert now["nvidia-fabricmanager-570"].startswith(bundle.nvidia_driver.version + "-")
+    assert now["datacenter-gpu-manager-4-core"] == f"1:{bundle.dcgm}-1"
 
     w["nodes"][BAD]["ready"] = True  # fixed
     srv.save(w)

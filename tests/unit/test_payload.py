@@ -138,6 +138,31 @@ def test_apt_pin_is_a_version_preference_not_a_glob_on_the_newest():
         assert "version_glob" not in tasks.read_text() and "+ '*'" not in tasks.read_text(), tasks
 
 
+def test_apt_installs_the_pinned_versions_so_an_installed_package_moves():
+    """`state: present` with a bare name leaves an installed package where it is: an
+    upgrade (or a rollback) only moves it when apt is asked for the version."""
+    pins = {**CASES["dgx-a100/nvidia-570"][1], "cuda": "12.8.1",
+            "dcgm": {"version": "4.5.2"}}
+    sw = Software.model_validate(pins)
+    p = _payload("dgx-a100", pins)
+    assert p.apt_specs(p.driver, sw) == ["nvidia-driver-570-open=570.124.06-*"]
+    assert p.apt_specs(p.fabric, sw) == ["nvidia-fabricmanager-570=570.124.06-*",
+                                         "libnvidia-nscq-570=570.124.06-*"]
+    assert p.apt_specs(p.dcgm, sw) == ["datacenter-gpu-manager-4-cuda12=1:4.5.2-*"]
+    assert p.apt_specs(p.cuda, sw) == ["cuda-toolkit-12-8=12.8.1-*"]
+    # nothing pinned: the names, and the repository's newest
+    bare = {"os": "ubuntu-24.04", "nvidia_driver": {"branch": "590"}}
+    q, sw2 = _payload("dgx-h100", bare), Software.model_validate(bare)
+    assert q.apt_specs(q.driver + q.dcgm, sw2) == list(q.driver + q.dcgm)
+    # the roles install the specs, and may move back (a rollback)
+    for role, task in (("nvidia_driver", "install.yml"), ("fabric_manager", "main.yml"),
+                       ("dcgm", "main.yml"), ("cuda_toolkit", "main.yml")):
+        tasks = yaml.safe_load((ROOT / "roles" / role / "tasks" / task).read_text())
+        apt = [t["ansible.builtin.apt"] for t in tasks if "ansible.builtin.apt" in t
+               and "package_specs" in str(t["ansible.builtin.apt"].get("name"))]
+        assert len(apt) == 1 and apt[0]["allow_downgrade"] is True, role
+
+
 def _tasks(role: str) -> list[dict[str, Any]]:
     return yaml.safe_load((ROOT / "roles" / role / "tasks" / "main.yml").read_text())
 
