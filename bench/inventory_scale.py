@@ -37,7 +37,9 @@ from provisioner.state import StateStore
 from provisioner.workflows import report
 
 HEADER = """\
-site: {name: scale-%(n)d}
+site:
+  name: scale-%(n)d
+  ssh: {authorized_keys: ['ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGf2mvZz4M6W7ePLkgoNZLE4yW8NMw4aSIDxQy2XY5Fc admin@bench']}
 credentials:
   bmc: {username: admin, password: {env: BMC_PASSWORD}}
 networks:
@@ -47,7 +49,7 @@ networks:
 software:
   nvidia_driver: {branch: "570", version: "570.124.06"}
   cuda: "12.8"
-  kubernetes: {version: "1.31.4"}
+  kubernetes: {version: "1.31.4", vip: 10.0.0.5}
 """
 
 
@@ -57,10 +59,11 @@ def generate(n_nodes: int) -> str:
     node = 0
     rack = 0
 
-    def node_yaml(role: str | None) -> str:
+    def node_yaml() -> str:
         nonlocal node
         i = node
         node += 1
+        role = "control-plane" if i < 3 else None  # three control planes
         top, rest = divmod(i + 10, 62_500)  # /12 networks: 100,000 nodes fit
         hi, lo = divmod(rest, 250)
         roles = f", roles: [{role}]" if role else ""
@@ -83,8 +86,7 @@ def generate(n_nodes: int) -> str:
             if node >= n_nodes:
                 break
             count = min(per, n_nodes - node)
-            role = "control-plane" if node < 3 else None
-            nodes = "\n".join(node_yaml(role) for _ in range(count))
+            nodes = "\n".join(node_yaml() for _ in range(count))
             placements.append(f"  - rack: {name}\n    u: {u}\n    block: {block}\n"
                               f"    nodes:\n{nodes}")
             u += units
