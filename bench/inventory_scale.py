@@ -36,10 +36,12 @@ from provisioner.inventory.loader import LoadedSite
 from provisioner.state import StateStore
 from provisioner.workflows import report
 
+KEY = ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGf2mvZz4M6W7ePLkgoNZLE4yW8NMw4aSIDxQy2XY5Fc "
+       "admin@bench")  # a public key: a site that installs nodes needs a way in
 HEADER = """\
 site:
   name: scale-%(n)d
-  ssh: {authorized_keys: ['ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGf2mvZz4M6W7ePLkgoNZLE4yW8NMw4aSIDxQy2XY5Fc admin@bench']}
+  ssh: {authorized_keys: ['%(key)s']}
 credentials:
   bmc: {username: admin, password: {env: BMC_PASSWORD}}
 networks:
@@ -90,7 +92,8 @@ def generate(n_nodes: int) -> str:
             placements.append(f"  - rack: {name}\n    u: {u}\n    block: {block}\n"
                               f"    nodes:\n{nodes}")
             u += units
-    return HEADER % {"n": n_nodes} + "\n".join(racks) + "\n" + "\n".join(placements) + "\n"
+    return (HEADER % {"n": n_nodes, "key": KEY} + "\n".join(racks) + "\n"
+            + "\n".join(placements) + "\n")
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> float:
