@@ -17,6 +17,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,9 @@ def start(loaded: LoadedSite, lab: Path, tag: str, rootfs: Path, timeout_s: floa
         for h in started:
             hosts_mod._wait_ssh(h, timeout_s)
         _known_hosts(lab, started)
+        t0 = time.monotonic()
         install(lab, started, house, mirror["url"])
+        mirror["wheels_install_s"] = round(time.monotonic() - t0, 1)
     except BaseException:
         hosts_mod.down(started, "")
         raise

@@ -149,6 +149,7 @@ def assert_installed_from_the_wheelhouse(state: lab_mod.LabState, ex) -> None:
     by pip from the lab mirror's wheels (pip's own report: URL and sha256 of every wheel),
     in the node's own venv; the controller's environment is not visible in the node."""
     house = Path(state.mirror["wheelhouse"])
+    assert state.mirror["wheels_install_s"] > 0
     wheels_url = state.mirror["url"] + "wheels/"
     for h, node in zip(state.execution_hosts, ex.nodes, strict=True):
         assert node.ansible_runner == "/opt/provisioner/venv/bin/ansible-runner"
