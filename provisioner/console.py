@@ -223,6 +223,10 @@ class Console(StateViews):
             self.out.print(f"signed apt mirror: {m['url']} ({m['real_debs']} Debian "
                            f"packages, {m['standin_debs']} stand-ins; built in "
                            f"{m['build_s']:g} s; key {m['key_file']})")
+            if m.get("wheelhouse"):
+                self.out.print(f"Python wheelhouse for the execution nodes: {m['url']}wheels/ "
+                               f"(cached in {m['wheelhouse']}; installed in "
+                               f"{m.get('wheels_install_s', 0):g} s)")
         if state.switches:
             self.out.print("switch stand-ins (FRR vtysh over SSH, IOS-style dialect): "
                            + ", ".join(f"{s.name} 127.0.0.1:{s.port}" for s in state.switches))

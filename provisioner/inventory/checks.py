@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from ipaddress import IPv4Address, ip_address
+from ipaddress import IPv4Address, IPv6Address, ip_address
 
 from provisioner import power
 from provisioner.inventory import fabric_checks, software_checks
+from provisioner.inventory.fields import parse_ipv4
 from provisioner.inventory.findings import Category, Finding, Severity
 from provisioner.inventory.loader import KeyPath, LoadedSite
 from provisioner.inventory.models import (
@@ -187,14 +188,24 @@ def _uniqueness(loaded: LoadedSite, emit: Emit) -> None:
                         "every node needs its own BMC endpoint (address, port, system_id)")
                 else:
                     bmcs[key] = bp
-                try:
-                    bmc_ip = ip_address(node.bmc.address)
-                except ValueError:
+                bmc_ip = _ip(node.bmc.address)
+                if bmc_ip is None:
                     continue
                 if isinstance(bmc_ip, IPv4Address):
                     if bmc_ip in ips and ips[bmc_ip][-2:] != ("bmc", "address"):
                         dup("ip", bmc_ip, bp, ips[bmc_ip], "a BMC needs its own address")
                     ips.setdefault(bmc_ip, bp)
+
+
+def _ip(text: str) -> IPv4Address | IPv6Address | None:
+    """A BMC address as an IP address (None for a DNS name): IPv4 on the fast path."""
+    fast = parse_ipv4(text)
+    if fast is not None:
+        return fast
+    try:
+        return ip_address(text)
+    except ValueError:
+        return None
 
 
 # ---------------------------------------------------------------- networks
@@ -240,9 +251,8 @@ def _networks(loaded: LoadedSite, emit: Emit) -> None:
                     emit("unknown-network", ("placements", i, "nodes", j, "macs", net_name),
                          f"MAC given for unknown network '{net_name}'", at_key=True)
             if node.bmc is not None and oob and node.hostname not in loaded.lab_hosts:
-                try:
-                    bip = ip_address(node.bmc.address)
-                except ValueError:
+                bip = _ip(node.bmc.address)
+                if bip is None:
                     continue
                 if not any(bip in n.cidr for n in oob):
                     emit("address-outside-cidr", ("placements", i, "nodes", j, "bmc", "address"),

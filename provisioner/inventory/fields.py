@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from ipaddress import IPv4Address, IPv4Network
+from socket import AF_INET, inet_ntop, inet_pton
 from typing import Annotated, Any
 
 from pydantic import (
@@ -146,9 +147,28 @@ def _text_only(value: Any) -> Any:
     return value
 
 
+def parse_ipv4(text: str) -> IPv4Address | None:
+    """`text` as an IPv4 address when it is one in canonical dotted-quad form, else None
+    (the caller falls back to ipaddress, for IPv6 or its error message). inet_pton and
+    inet_ntop are C calls: a fifth of ipaddress's parse, felt by a site of 100,000 nodes
+    with three addresses each (bench/inventory_scale.py); the round trip to the same text
+    means ipaddress would read it alike."""
+    try:
+        packed = inet_pton(AF_INET, text)
+    except (OSError, ValueError, TypeError, UnicodeError):
+        return None
+    return IPv4Address(packed) if inet_ntop(AF_INET, packed) == text else None
+
+
+def _ipv4_text(value: Any) -> Any:
+    """Text only (see _text_only); the common case parsed fast (parse_ipv4), the rest
+    left to pydantic's own IPv4 validator and its message."""
+    return parse_ipv4(_text_only(value)) or value
+
+
 # WithJsonSchema only tells editors (JSON Schema export) what the validators accept; the
 # validators above stay the one check, with their own messages.
-IPv4Addr = Annotated[IPv4Address, BeforeValidator(_text_only)]
+IPv4Addr = Annotated[IPv4Address, BeforeValidator(_ipv4_text)]
 IPv4Net = Annotated[IPv4Network, BeforeValidator(_text_only)]
 Hostname = Annotated[str, AfterValidator(_hostname), WithJsonSchema(
     {"type": "string", "pattern": HOSTNAME_RE.pattern,

@@ -273,8 +273,9 @@ def _start_ssh_hosts(loaded: LoadedSite, lab: Path, state: LabState,
     state.mirror = {"url": f"http://{gateway}:{port}/", "key_file": str(info.key_file),
                     "real_debs": info.real_debs, "standin_debs": info.standin_debs,
                     "build_s": round(info.build_s, 1)}
-    state.execution_hosts = execution_mod.start(loaded, lab, state.ssh_tag, rootfs, timeout_s,
-                                                {h.address for h in state.ssh_hosts})
+    state.execution_hosts = execution_mod.start(
+        loaded, lab, state.ssh_tag, rootfs, timeout_s, {h.address for h in state.ssh_hosts},
+        info.root, state.mirror, rootfs_cache or hosts_mod.default_cache())
 
 
 def _start_switches(loaded: LoadedSite, lab: Path, state: LabState, pw_file: Path,

@@ -19,7 +19,7 @@ from provisioner.errors import ConfigError
 from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import BlockKind
-from provisioner.lab import emulators, procs, redfish_shape, shapes
+from provisioner.lab import emulators, procs, redfish_shape, shapes, wheelhouse
 from provisioner.lab import hosts as hosts_mod
 from provisioner.lab import mirror as mirror_mod
 
@@ -136,6 +136,8 @@ def adopt(loaded: LoadedSite, hostname: str, address: str, port: int) -> Unknown
                                 lab / "mirror/gnupg", hosts_mod.default_cache() / "mirror",
                                 hosts_mod.ensure_rootfs())
         state.mirror |= {"real_debs": info.real_debs, "standin_debs": info.standin_debs}
+        if state.mirror.get("wheelhouse"):  # the rebuilt root keeps serving the wheels
+            wheelhouse.publish(Path(state.mirror["wheelhouse"]), info.root)
     lab_mod.write_overlay(loaded, state)
     lab_mod.save(lab, state)
     return node

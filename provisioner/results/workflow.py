@@ -203,6 +203,10 @@ class LabMirrorView(Out):
     real_debs: int
     standin_debs: int
     build_s: float
+    # the cached Python wheelhouse the execution nodes install ansible from, served under
+    # url + "wheels/" (lab/wheelhouse.py); absent without execution nodes
+    wheelhouse: str | None = None
+    wheels_install_s: float | None = None  # wall seconds to install it on every node at once
 
 
 class LabReport(Out):

@@ -8,8 +8,12 @@ One lab at a time on this machine: run under `flock /tmp/pv-lab.lock`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import subprocess
+import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -18,8 +22,10 @@ from provisioner import lab as lab_mod
 from provisioner import render, runner
 from provisioner.execution import dispatch
 from provisioner.execution import doctor as doctor_mod
+from provisioner.execution.stream import ssh_argv
 from provisioner.inventory import load
 from provisioner.lab import execution as lab_execution
+from provisioner.lab import wheelhouse
 from tests.conftest import EXAMPLE, add_provisioning, requires_ssh_hosts
 from tests.integration.conftest import provision, requires_ipmi_sim
 
@@ -70,7 +76,7 @@ def test_same_outcome_locally_and_across_execution_nodes_then_a_killed_node(site
         assert [h.name for h in state.execution_hosts] == ["ex1", "ex2"]
         loaded = load(site)
         ex = loaded.site.provisioning.execution
-        assert ex.nodes[0].ansible_runner.endswith("/bin/ansible-runner")
+        assert_installed_from_the_wheelhouse(state, ex)
         attempts: list[tuple[str, int, str | None]] = []
         outcomes = dispatch.run_batch(
             ex, {}, out, "site.yml", RUN, idempotent=True,
@@ -136,3 +142,34 @@ def test_same_outcome_locally_and_across_execution_nodes_then_a_killed_node(site
         assert set(gone.hosts) | set(ran.hosts) == HOSTS and not set(gone.hosts) & set(ran.hosts)
     finally:
         lab_mod.down(load(site))
+
+
+def assert_installed_from_the_wheelhouse(state: lab_mod.LabState, ex) -> None:
+    """Each node's ansible-core and ansible-runner are the controller's versions, installed
+    by pip from the lab mirror's wheels (pip's own report: URL and sha256 of every wheel),
+    in the node's own venv; the controller's environment is not visible in the node."""
+    house = Path(state.mirror["wheelhouse"])
+    assert state.mirror["wheels_install_s"] > 0
+    wheels_url = state.mirror["url"] + "wheels/"
+    for h, node in zip(state.execution_hosts, ex.nodes, strict=True):
+        assert node.ansible_runner == "/opt/provisioner/venv/bin/ansible-runner"
+        report = json.loads((Path(h.upper) / wheelhouse.REPORT.lstrip("/")).read_text())
+        got = {i["metadata"]["name"]: i for i in report["install"]}
+        for name in ("ansible-core", "ansible-runner", "pip"):
+            assert got[name]["metadata"]["version"] == version(name), name
+        assert {"jinja2", "pyyaml", "pexpect"} <= {n.lower() for n in got}
+        for item in got.values():
+            url = item["download_info"]["url"]
+            assert url.startswith(wheels_url), url
+            wheel = (house / url.rsplit("/", 1)[1]).read_bytes()
+            assert item["download_info"]["archive_info"]["hashes"]["sha256"] == \
+                hashlib.sha256(wheel).hexdigest()
+        probe = subprocess.run(
+            ssh_argv(node, ex, "/opt/provisioner/venv/bin/ansible --version; "
+                     f"test -e {sys.prefix}/bin/ansible-runner && echo CONTROLLER-VISIBLE"),
+            capture_output=True, text=True, check=False)
+        assert probe.returncode == 1, probe.stdout + probe.stderr  # `test` failed: not seen
+        assert f"[core {version('ansible-core')}]" in probe.stdout
+        assert ("ansible python module location = /opt/provisioner/venv/lib/python3."
+                in probe.stdout), probe.stdout
+        assert "CONTROLLER-VISIBLE" not in probe.stdout
