@@ -170,11 +170,9 @@ def up(hosts: Sequence[tuple[str, IPv4Address]], network: IPv4Network, gateway: 
 
 def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: IPv4Address,
                 workdir: Path, rootfs: Path, bridge: str, short: str, key: Path,
-                ro_binds: Sequence[str] = (), files: Mapping[str, bytes] | None = None
-                ) -> SshHost:
-    """One host; `ro_binds` are host directories bind-mounted read-only at the same path
-    inside it (an execution node's Python and virtual environment: lab/execution.py);
-    `files` (absolute path -> bytes, 0600) are in place before its init starts."""
+                files: Mapping[str, bytes] | None = None) -> SshHost:
+    """One host; `files` (absolute path -> bytes, 0600) are in place before its init
+    starts (an execution node's key: lab/execution.py)."""
     netns = f"pv-{short}"
     veth = f"pv{short}"[:15]
     d = workdir / name
@@ -197,8 +195,6 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
     # autoinstall late-commands write (render/pxe.py) and `up` reads (workflows/steps/guard).
     (d / "upper/etc/hosts").write_text("127.0.0.1 localhost\n::1 localhost ip6-localhost\n")
     (d / "upper" / INSTALL_MARKER.lstrip("/")).write_text(name + "\n")
-    for p in ro_binds:
-        (d / "upper" / p.lstrip("/")).mkdir(parents=True, exist_ok=True)
     for p, data in (files or {}).items():
         target = d / "upper" / p.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -229,8 +225,6 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
              f"mount -t cgroup -o none,name=systemd cgroup {m}/sys/fs/cgroup/systemd && "
              f"mount -t tmpfs -o mode=755 tmpfs {m}/run && "
              f"mount --rbind /dev {m}/dev && "
-             + "".join(f"mount --bind {p} {m}{p} && "
-                       f"mount -o remount,bind,ro {m}{p} && " for p in ro_binds) +
              "exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin container=provisioner-lab "
              f"chroot {m} /lib/systemd/systemd --system --log-target=console")
     cgroup = orphans.cgroup_of(netns)
