@@ -3,13 +3,17 @@
 For a simulated site of 1,000 nodes (3 control planes, the rest GPU workers in racks, each
 rack a failure domain) and the plan's per-step durations (provisioner.upgrade.plan.
 Durations: cordon, drain, roles, reboot, gate, uncordon), lays the batches out with the
-same scheduler `upgrade apply` picks them with, and prints, side by side in this one run:
+same scheduler `upgrade apply` picks them with, for both kinds of bundle side by side in
+this one run: a GPU-stack bundle (driver, CUDA, DOCA, DCGM, containerd: no Kubernetes
+change, so worker batches go alongside the control-plane rounds) and one that also moves
+Kubernetes (workers wait for every control plane). It prints:
 
 - planned total time (batches one after the other, each as long as its slowest node);
 - the lower bound ceil(N / max_unavailable) x per-node time, max_unavailable being the sum
   of the per-rack limits (no schedule can have more nodes down at once);
-- their ratio (goal <= 1.1), and the bound that also respects failure domains
-  (max over racks of ceil(rack size / rack limit) rounds), which no schedule beats either.
+- their ratio (goal <= 1.1), and the ratio to the bound that also counts the rules (no
+  rack past its limit: max over racks of ceil(rack size / rack limit) rounds; control
+  planes one at a time, and alone first when Kubernetes changes), which no schedule beats.
 
     python bench/upgrade_sim.py [--nodes 1000]
 """
@@ -41,15 +45,17 @@ def site(nodes: int, racks: list[int]) -> tuple[dict[str, str], frozenset[str]]:
 
 
 def run(name: str, nodes: int, racks: list[int], max_unavailable: int | str,
-        batch: int | str) -> None:
+        batch: int | str, kube: bool) -> None:
     domains, cps = site(nodes, racks)
-    sched = Scheduler(domains, cps, batch=batch, max_unavailable=max_unavailable)
+    sched = Scheduler(domains, cps, batch=batch, max_unavailable=max_unavailable,
+                      workers_wait=kube)
     d = Durations()
     node_s = {h: d.node_s(reboot=h not in cps) for h in domains}  # driver change on GPUs
     t0 = time.perf_counter()
     layout = sched.layout(list(domains))
     took_s = time.perf_counter() - t0
     assert sum(len(b) for b in layout) == nodes, "every node is scheduled"
+    assert all(sum(h in cps for h in b) <= 1 for b in layout), "one control plane at a time"
     planned = planned_s(layout, node_s)
     limits = sched.domain_limits()
     racks_ = {d for h, d in domains.items() if h not in cps}
@@ -58,15 +64,18 @@ def run(name: str, nodes: int, racks: list[int], max_unavailable: int | str,
     unavailable = min(sum(limits[d] for d in racks_), sched.worker_batch_size(workers))
     per_node_s = max(node_s.values())
     bound = lower_bound_s(nodes, unavailable, per_node_s)  # the issue's bound
-    # What the rules themselves cost and no schedule avoids: control planes one at a time
-    # first, and no rack past its limit.
+    # What the rules themselves cost and no schedule avoids: no rack past its limit, and
+    # the control planes one at a time (alone first when Kubernetes changes).
     sizes = Counter(d for h, d in domains.items() if h not in cps)
     rack_rounds = [math.ceil(n / limits[d]) for d, n in sizes.items()]
     rounds = max([math.ceil(workers / unavailable), *rack_rounds])
-    rule_bound = sum(node_s[h] for h in cps) + rounds * per_node_s
-    print(f"{name:<38} {nodes:>5} {len(racks_):>5} {max_unavailable!s:>5} {unavailable:>5} "
-          f"{len(layout):>7} {planned / 3600:>7.2f} {bound / 3600:>7.2f} "
-          f"{planned / bound:>6.3f} {planned / rule_bound:>7.3f} {took_s * 1000:>6.0f}")
+    cp_s = sum(node_s[h] for h in cps)
+    rule_bound = (cp_s + rounds * per_node_s if kube
+                  else max(cp_s, rounds * per_node_s))
+    print(f"{name:<38} {'+k8s' if kube else 'gpu':>5} {len(racks_):>5} "
+          f"{max_unavailable!s:>5} {unavailable:>5} {len(layout):>7} {planned / 3600:>7.2f} "
+          f"{bound / 3600:>7.2f} {planned / bound:>6.3f} {planned / rule_bound:>7.3f} "
+          f"{took_s * 1000:>6.0f}")
 
 
 def main() -> None:
@@ -75,15 +84,22 @@ def main() -> None:
     n = ap.parse_args().nodes
     print(f"per-node time: {Durations().node_s(True):.0f} s with a reboot, "
           f"{Durations().node_s(False):.0f} s without (control planes)")
-    print(f"{'scenario':<38} {'nodes':>5} {'racks':>5} {'maxU':>5} {'U':>5} "
+    print(f"{n} nodes; bundle 'gpu': driver/CUDA/DOCA/DCGM/containerd (workers alongside "
+          "the control planes); '+k8s': the same and Kubernetes (workers wait)")
+    print(f"{'scenario':<38} {'bundle':>5} {'racks':>5} {'maxU':>5} {'U':>5} "
           f"{'batches':>7} {'plan_h':>7} {'bound_h':>7} {'ratio':>6} {'r_rules':>7} "
           f"{'lay_ms':>6}")
-    run("32 equal racks, 2 per rack", n, [1] * 32, 2, "100%")
-    run("32 equal racks, 10% per rack", n, [1] * 32, "10%", "100%")
-    run("32 equal racks, 1 per rack", n, [1] * 32, 1, "100%")
-    run("64 equal racks, 1 per rack, batch 32", n, [1] * 64, 1, 32)
-    run("20 equal racks, 5 per rack", n, [1] * 20, 5, "100%")
-    run("uneven racks (1x..2x), 2 per rack", n, [1, 2] * 16, 2, "100%")
+    scenarios: list[tuple[str, list[int], int | str, int | str]] = [
+        ("32 equal racks, 1 per rack", [1] * 32, 1, "100%"),
+        ("64 equal racks, 1 per rack, batch 32", [1] * 64, 1, 32),
+        ("32 equal racks, 2 per rack", [1] * 32, 2, "100%"),
+        ("32 equal racks, 10% per rack", [1] * 32, "10%", "100%"),
+        ("20 equal racks, 5 per rack", [1] * 20, 5, "100%"),
+        ("uneven racks (1x..2x), 2 per rack", [1, 2] * 16, 2, "100%"),
+    ]
+    for name, racks, max_unavailable, batch in scenarios:
+        for kube in (False, True):
+            run(name, n, racks, max_unavailable, batch, kube)
 
 
 if __name__ == "__main__":

@@ -90,6 +90,7 @@ def plan_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
         for c in rep.changes:
             where = f"{len(c.nodes)} node(s)" if c.nodes else "cluster"
             out.out.print(f"{c.component}: {c.old} -> {c.new} ({c.direction}, {where})")
+        out.out.print(f"order: {escape(rep.order)}")
         for i, b in enumerate(rep.batches, 1):
             out.out.print(f"batch {i}: {', '.join(b)}")
         out.out.print(f"max unavailable per domain: {rep.max_unavailable}; planned "

@@ -14,6 +14,7 @@ otherwise answered 429 Too Many Requests, as kube-apiserver does.
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -91,9 +92,14 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         parts = [unquote(p) for p in url.path.strip("/").split("/")]
         body = self._body() if method in ("POST", "PATCH") else {}
+        token = self.server.token
         with _LOCK:
             w = self.server.load()
-            code, out = self._answer(w, method, parts, parse_qs(url.query), body)
+            if token is not None and not hmac.compare_digest(
+                    self.headers.get("Authorization", ""), f"Bearer {token}"):
+                code, out = 401, _status(401, "Unauthorized", "Unauthorized")
+            else:
+                code, out = self._answer(w, method, parts, parse_qs(url.query), body)
             w["log"].append({"method": method, "path": url.path, "code": code})
             self.server.save(w)
         self._send(code, out)
@@ -162,13 +168,16 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class StandInApiServer(ThreadingHTTPServer):
-    """The stand-in on 127.0.0.1 (port 0: any free port); `url` once started."""
+    """The stand-in on 127.0.0.1 (port 0: any free port); `url` once started. With a
+    `token`, it answers 401 Unauthorized to a request without that bearer token, as an API
+    server does to an unauthenticated client."""
 
     daemon_threads = True
 
-    def __init__(self, state: Path, port: int = 0) -> None:
+    def __init__(self, state: Path, port: int = 0, token: str | None = None) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.state = state
+        self.token = token  # when set, a request without this bearer token gets 401
 
     @property
     def url(self) -> str:

@@ -46,6 +46,10 @@ class UpgradePlanReport(Out):
     changes: list[ChangeView]
     nodes: list[PlanNode]
     batches: list[list[str]]
+    # true: the bundle changes Kubernetes, workers start after every control plane; false:
+    # worker batches go alongside the control-plane rounds (`order` says which and why)
+    workers_wait: bool
+    order: str
     max_unavailable: dict[str, int]  # per failure domain
     planned_s: float
 
@@ -87,7 +91,8 @@ def plan_report(p: UpgradePlan) -> UpgradePlanReport:
         nodes=[PlanNode(hostname=n.hostname, domain=n.domain, control_plane=n.control_plane,
                         changes=list(n.changes), reboot=n.reboot, node_s=n.node_s)
                for n in p.nodes],
-        batches=p.batches, max_unavailable=p.max_unavailable,
+        batches=p.batches, workers_wait=p.workers_wait, order=p.order,
+        max_unavailable=p.max_unavailable,
         planned_s=round(p.planned_s, 1))
 
 

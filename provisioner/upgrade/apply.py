@@ -46,6 +46,7 @@ class ApplyOptions:
     drain: DrainOptions = field(default_factory=DrainOptions)
     forks: int = 20
     lease_stale_s: float = 600.0  # a lease without a heartbeat this long is a dead holder
+    lease_heartbeat_s: float = 30.0  # how often the run refreshes its lease
 
 
 @dataclass
@@ -127,7 +128,8 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
     t0 = time.monotonic()
     command = f"upgrade apply --to {bundle_name}" + (f" --limit {opts.limit}"
                                                      if opts.limit else "")
-    with store.lease(command, stale_after_s=opts.lease_stale_s) as lease_notes, \
+    with store.lease(command, stale_after_s=opts.lease_stale_s,
+                     heartbeat_s=opts.lease_heartbeat_s) as lease_notes, \
             store.exclusive():
         notes = list(lease_notes)
         killed = store.close_stale_runs()
@@ -155,12 +157,12 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
                          run_id=run_id)
 
         bundle_site = site_at(loaded, target)
-        inst = installer or AnsibleInstaller(
-            bundle_site, profile, env, target.name, opts.forks, profile.os_timeout_s,
-            on_note=lambda h, t: journal.note(h, "upgrade", "note", t))
+        inst = installer or ansible_installer(bundle_site, profile, env, target.name,
+                                              journal, opts.forks)
         plans = {p.hostname: p for p in servers(loaded)}
         hosts_sel = [plans[h] for h in all_hosts if h in selected]
-        r = Rolling(journal, kube, inst, scheduler(loaded, hosts_sel, opts.plan), all_hosts,
+        sched = scheduler(loaded, hosts_sel, opts.plan, the_plan.workers_wait)
+        r = Rolling(journal, kube, inst, sched, all_hosts,
                     frozenset(n.hostname for n in the_plan.nodes if n.reboot),
                     {h: (p.block.gpu.count if p.block.gpu else 0) for h, p in plans.items()},
                     opts.max_failures, opts.drain, Clock(sleep=stop.wait),
@@ -181,6 +183,15 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
                        nodes=[journal.outcomes[h] for h in all_hosts if h in selected],
                        rolling=outcome, interrupted=stop.is_set(),
                        elapsed_s=time.monotonic() - t0, notes=notes)
+
+
+def ansible_installer(bundle_site: LoadedSite, profile: Profile, env: Mapping[str, str],
+                      bundle: str, journal: engine.Journal, forks: int = 20
+                      ) -> AnsibleInstaller:
+    """The real host side, its notes (a reboot through the OS that failed, the BMC power
+    cycle that followed) written to the run's event log."""
+    return AnsibleInstaller(bundle_site, profile, env, bundle, forks, profile.os_timeout_s,
+                            on_note=lambda h, t: journal.note(h, "upgrade", "note", t))
 
 
 MID_OR_READY = frozenset({Phase.READY, Phase.CORDONED, Phase.DRAINING, Phase.UPGRADING,

@@ -19,6 +19,7 @@ from provisioner import bmc as bmc_mod
 from provisioner import render as render_mod
 from provisioner import runner as runner_mod
 from provisioner.bmc import BmcDriver, BmcTarget, PowerAction
+from provisioner.errors import ProvisionerError
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import ansible_host, servers
 from provisioner.profile import Profile
@@ -29,6 +30,8 @@ Outcome = dict[str, str | None]  # host -> None (passed) or the reason it failed
 UPGRADE_PLAYBOOK = "site.yml"  # the roles, rendered at the bundle's versions
 REBOOT_PLAYBOOK = "upgrade_reboot.yml"
 GATE_PLAYBOOKS = ("verify.yml", "upgrade_gate.yml")
+BMC_CYCLE_TIMEOUT_S = 180.0  # the BMC reports the node on again within this
+OS_POLL_S = 5.0  # how often to try SSH while waiting for the OS after a power cycle
 
 
 class Installer(Protocol):
@@ -81,12 +84,19 @@ class AnsibleInstaller:
         out = _per_host(self._run(UPGRADE_PLAYBOOK, batch), batch)
         again = [h for h in reboot if out.get(h) is None]
         if again:
-            result = self._run(REBOOT_PLAYBOOK, again)
-            for h, why in _per_host(result, again).items():
-                if why is not None:  # the OS did not reboot or come back: the BMC does it
-                    self.on_note(h, f"reboot through the OS failed ({why}); power cycle "
-                                 "through the BMC")
-                    out[h] = self._bmc_cycle(h)
+            out.update(self.reboot(again))
+        return out
+
+    def reboot(self, hosts: Sequence[str]) -> Outcome:
+        """Reboot through the OS (the playbook waits for it to come back); a node whose OS
+        did not reboot or come back is power cycled through its BMC."""
+        out: Outcome = {}
+        for h, why in _per_host(self._run(REBOOT_PLAYBOOK, hosts), hosts).items():
+            out[h] = why
+            if why is not None:
+                self.on_note(h, f"reboot through the OS failed ({why}); power cycle "
+                             "through the BMC")
+                out[h] = self._bmc_cycle(h)
         return out
 
     def _bmc_cycle(self, host: str) -> str | None:
@@ -95,20 +105,27 @@ class AnsibleInstaller:
             return "the OS did not come back after the reboot and the node has no BMC"
         drv = self.make_driver(targets[0])
         try:
-            drv.set_power(PowerAction.CYCLE, timeout_s=180.0)
+            state = drv.set_power(PowerAction.CYCLE, timeout_s=BMC_CYCLE_TIMEOUT_S)
+        except ProvisionerError as exc:  # BmcError: the node fails, the run goes on
+            return f"the OS did not come back after the reboot; BMC power cycle failed: {exc}"
         finally:
             drv.close()
+        self.on_note(host, f"power cycled through the BMC ({targets[0].protocol}); power is "
+                     f"{state.value}; waiting up to {self.os_timeout_s:g} s for the OS")
         plan = next((p for p in servers(self.loaded) if p.hostname == host), None)
         address = ansible_host(plan.node) if plan is not None else None
         if address is None:
             return None
         login = guard.login_for(self.loaded, self.profile)
         deadline = time.monotonic() + self.os_timeout_s
-        while time.monotonic() < deadline:
+        while True:
             if guard.check_installed(address, login).installed:
                 return None
-            time.sleep(5.0)
-        return f"no OS answered {self.os_timeout_s:g} s after the BMC power cycle"
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:
+                return (f"no OS answered on {address} {self.os_timeout_s:g} s after the BMC "
+                        "power cycle")
+            time.sleep(min(OS_POLL_S, left_s))
 
     def gate(self, batch: Sequence[str]) -> Outcome:
         out: Outcome = {h: None for h in batch}

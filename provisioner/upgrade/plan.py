@@ -5,9 +5,11 @@ Refusals (the run would break the cluster) come from the rules in DOMAIN.md §3-
 needs a minimum driver (CUDA release notes, Table 3), fabric manager and NSCQ equal the
 driver (Fabric Manager user guide: FM refuses to start otherwise), open kernel modules need
 Turing or newer, Kubernetes moves one minor at a time with the control plane first, and a
-kubelet is never newer than the API server (kubernetes.io version-skew policy). The
-driver/CUDA/module rules are the site checks (software_checks) run on the site as the
-bundle would leave it, so a rule is written once. Pure: no I/O.
+kubelet is never newer than the API server (kubernetes.io version-skew policy): when the
+bundle changes Kubernetes, workers wait for every control plane; otherwise they go
+alongside the control-plane rounds. The driver/CUDA/module rules are the site checks
+(software_checks) run on the site as the bundle would leave it, so a rule is written once.
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ class UpgradePlan:
     planned_s: float
     max_unavailable: dict[str, int]
     rollback: list[str] = field(default_factory=list)  # what cannot be moved back
+    workers_wait: bool = True  # workers start only after every control plane
+    order: str = ""  # why the workers wait for the control planes, or why they need not
 
     @property
     def ok(self) -> bool:
@@ -261,7 +265,14 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
                 and ch.component not in NO_DOWNGRADE]
     rollback = [f"{c}: {why}" for c, why in NO_DOWNGRADE.items()
                 if any(ch.component == c and ch.direction == "upgrade" for ch in changes)]
-    sched = scheduler(loaded, hosts, opts)
+    kube_change = next((ch for ch in changes if ch.component == "kubernetes"), None)
+    workers_wait = kube_change is not None
+    order = (f"workers wait for every control plane: the bundle changes Kubernetes "
+             f"({kube_change.old} -> {kube_change.new}) and a kubelet is never newer than "
+             "the API server" if kube_change is not None else
+             "workers go alongside the control planes (still one at a time, within each "
+             "domain's limit): the bundle changes no Kubernetes version")
+    sched = scheduler(loaded, hosts, opts, workers_wait)
     todo = [n.hostname for n in nodes if n.changes]
     if 0 < len(cps) < 3 and any(n.control_plane for n in nodes if n.changes):
         warnings.append(f"{len(cps)} control plane(s): the API server is unavailable while "
@@ -270,10 +281,13 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
     return UpgradePlan(site=loaded.site.site.name, bundle=target.name, refusals=refusals,
                        warnings=warnings, changes=changes, nodes=nodes, batches=layout,
                        planned_s=planned_s(layout, {n.hostname: n.node_s for n in nodes}),
-                       max_unavailable=sched.domain_limits(), rollback=rollback)
+                       max_unavailable=sched.domain_limits(), rollback=rollback,
+                       workers_wait=workers_wait, order=order)
 
 
-def scheduler(loaded: LoadedSite, hosts: Sequence[HostPlan], opts: PlanOptions) -> Scheduler:
+def scheduler(loaded: LoadedSite, hosts: Sequence[HostPlan], opts: PlanOptions,
+              workers_wait: bool = True) -> Scheduler:
     return Scheduler(domains={h.hostname: domain_of(h, opts.domain_label) for h in hosts},
                      control_planes=frozenset(h.hostname for h in hosts if h.control_plane),
-                     batch=opts.batch, max_unavailable=opts.max_unavailable)
+                     batch=opts.batch, max_unavailable=opts.max_unavailable,
+                     workers_wait=workers_wait)

@@ -6,7 +6,9 @@ bundle's versions, reboot) → health gate (cluster checks + the installer's hos
 node stage [uncordon]. The batches come from `schedule.Scheduler` one at a time through the
 engine's BatchStage, given what is down *now*, so a node that failed (and stays cordoned)
 keeps using its failure domain's allowance. The stage stops between batches when the
-failure budget is spent or a stop was requested. Nodes a killed run left half-way are
+failure budget is spent or a stop was requested; a stop (Ctrl-C) inside a batch lets the
+step in flight finish and starts no roles, gate or uncordon after it, so an interrupted
+node stays cordoned where it was recorded. Nodes a killed or stopped run left half-way are
 resumed first, as one batch: they are down already.
 """
 
@@ -74,6 +76,8 @@ def run_batch(r: Rolling, batch: list[str], stop: threading.Event) -> None:
     engine.NodeStage([Cordon(r.kube), DrainBegin(), drain],
                      concurrency=max(1, len(batch))).run(j, batch, stop)
     todo = [h for h in batch if j.phase(h) is Phase.UPGRADING]
+    if stop.is_set():  # Ctrl-C: no new roles or gates; nodes stay as recorded, resumable
+        return
     if todo:
         for h in todo:
             j.emit(Progress(h, "upgrade", "start"))
@@ -83,6 +87,8 @@ def run_batch(r: Rolling, batch: list[str], stop: threading.Event) -> None:
             else:
                 j.fail(h, "upgrade", why)
     todo = [h for h in batch if j.phase(h) is Phase.CONFIGURED]
+    if stop.is_set():
+        return
     if todo:
         host_checks = r.installer.gate(todo)
         for h in todo:
@@ -112,8 +118,14 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
     fresh = [h for h in todo if h not in set(resumed)]
     workers_total = sum(1 for h in fresh if h not in r.scheduler.control_planes)
 
+    why: list[str] = []  # the scheduler's reason when it found nothing to start
+
     def pick(remaining: Sequence[str]) -> list[str]:
-        return r.scheduler.next_batch(remaining, _down(r, remaining), workers_total)
+        down = _down(r, remaining)
+        batch = r.scheduler.next_batch(remaining, down, workers_total)
+        if not batch:
+            why.append(r.scheduler.why_none(remaining, down))
+        return batch
 
     failed_early = sum(1 for h in resumed if j.phase(h) is Phase.FAILED)
     stopped: str | None = None
@@ -123,6 +135,8 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
         stage = engine.BatchStage(Phase.READY, lambda b: run_batch(r, b, stop), serial=1,
                                   max_failures=r.max_failures - failed_early, pick=pick)
         stopped = stage.run(j, fresh, stop).stopped
+        if why and stopped is not None and stopped.startswith("no node may go down"):
+            stopped = why[-1]
     failed = [h for h in todo if j.phase(h) is Phase.FAILED]
     not_started = [h for h in fresh if j.phase(h) is Phase.READY
                    and not j.outcomes[h].steps]

@@ -1,6 +1,14 @@
 """Which nodes an upgrade takes down next: control planes one at a time and never below
-etcd quorum, then workers in batches of at most `--batch`, with at most `--max-unavailable`
-nodes of one failure domain (a rack, or the value of a node label) down at once.
+etcd quorum; workers in batches of at most `--batch`; at most `--max-unavailable` nodes of
+one failure domain (a rack, or the value of a node label) down at once, control planes
+included.
+
+When the bundle changes Kubernetes, workers wait until every control plane is done: a
+kubelet is never newer than the API server (kubernetes.io version-skew policy, DOMAIN.md
+§4), and a control plane that failed may still serve the old version, so workers then wait
+for good. When it changes no Kubernetes version (a driver, CUDA, DOCA, DCGM or containerd
+bundle: the common GPU upgrade), nothing orders workers after control planes, and each
+control-plane round carries a worker batch with it.
 
 "Down" counts every node that is not serving: the batch in flight, and nodes a failed gate
 left cordoned. The next batch is chosen only after the last one finished, from what is down
@@ -41,6 +49,8 @@ class Scheduler:
     control_planes: frozenset[str]
     batch: int | str = "10%"
     max_unavailable: int | str = 1
+    # The bundle changes Kubernetes: workers start only once every control plane is done.
+    workers_wait: bool = True
 
     def domain_limits(self) -> dict[str, int]:
         sizes = Counter(self.domains.values())
@@ -60,35 +70,58 @@ class Scheduler:
 
     def next_batch(self, pending: Sequence[str], down: Collection[str],
                    workers_total: int | None = None) -> list[str]:
-        """The next batch from `pending` given the hosts `down` now (not in `pending`).
-        Control planes first, one at a time; workers only when no control plane is left.
-        Empty when nothing may go down now (the caller stops and says why)."""
+        """The next batch from `pending` given the hosts `down` now (not in `pending`): at
+        most one control plane, and workers unless they must wait for the control planes
+        (`workers_wait`). Empty when nothing may go down now (`why_none` says why)."""
         limits = self.domain_limits()
         used = Counter(self.domains[h] for h in down if h in self.domains)
-        cps = [h for h in pending if h in self.control_planes]
-        if cps:
-            if not self.cp_allowed(down):
-                return []
-            for h in cps:
-                if used[self.domains[h]] < limits[self.domains[h]]:
-                    return [h]
-            return []
-        total = workers_total if workers_total is not None else len(pending)
+        batch: list[str] = []
+        if any(h in self.control_planes for h in pending):
+            if self.cp_allowed(down):
+                for h in pending:
+                    if h in self.control_planes and used[self.domains[h]] < limits[
+                            self.domains[h]]:
+                        batch.append(h)
+                        used[self.domains[h]] += 1
+                        break
+            if self.workers_wait:
+                return batch
+        elif self.workers_wait and any(h in self.control_planes for h in down):
+            return []  # a failed control plane may still serve the old API version
+        workers = [h for h in pending if h not in self.control_planes]
+        total = workers_total if workers_total is not None else len(workers)
         size = self.worker_batch_size(total)
         # Domains with the most rounds of work left go first: the critical path ends last.
-        left = Counter(self.domains[h] for h in pending)
-        order = sorted(pending, key=lambda h: (-math.ceil(left[self.domains[h]]
+        left = Counter(self.domains[h] for h in workers)
+        order = sorted(workers, key=lambda h: (-math.ceil(left[self.domains[h]]
                                                           / limits[self.domains[h]]),
                                                self.domains[h]))
-        batch: list[str] = []
+        taken = 0
         for h in order:
-            if len(batch) >= size:
+            if taken >= size:
                 break
             d = self.domains[h]
             if used[d] < limits[d]:
                 batch.append(h)
                 used[d] += 1
+                taken += 1
         return batch
+
+    def why_none(self, pending: Sequence[str], down: Collection[str]) -> str:
+        """Why `next_batch` is empty: what a stopped run reports."""
+        cps_down = sorted(h for h in down if h in self.control_planes)
+        if self.workers_wait and cps_down and not any(h in self.control_planes
+                                                      for h in pending):
+            return ("workers wait for every control plane (the bundle changes Kubernetes "
+                    "and a kubelet is never newer than the API server): "
+                    f"{', '.join(cps_down)} did not finish")
+        if any(h in self.control_planes for h in pending) and not self.cp_allowed(down):
+            return (f"no control plane may go down: {', '.join(cps_down)} already down "
+                    "(etcd quorum); " + (
+                        "workers wait for every control plane (the bundle changes "
+                        "Kubernetes)" if self.workers_wait else
+                        "no worker may go down without exceeding --max-unavailable"))
+        return "no node may go down now without exceeding --max-unavailable"
 
     def layout(self, hosts: Sequence[str], down: Collection[str] = ()) -> list[list[str]]:
         """Every batch in order, assuming every node passes (the plan's view)."""

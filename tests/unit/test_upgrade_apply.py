@@ -6,10 +6,14 @@ re-run retries only it; then plan sees nothing left to change on any node."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from unittest import mock
 
+from provisioner.errors import StateError
 from provisioner.inventory import load
 from provisioner.inventory.topology import servers
 from provisioner.kube.official import OfficialClient
@@ -85,3 +89,72 @@ def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+class SlowInstaller(Recorder):
+    """A long first install: it watches the run's lease (in the state store, as another CI
+    runner sees it) until the heartbeat has moved it on for a second, then looks at it as a
+    runner on another machine would."""
+
+    POLL_S = 0.01
+    POLLS = 6000  # a guard against a hang only; a working heartbeat needs ~1 s of it
+
+    def __init__(self, store: StateStore) -> None:
+        super().__init__()
+        self.store = store
+        self.beats: list[float] = []
+        self.started_at = 0.0
+        self.foreign_view: str = ""
+
+    def install(self, batch: Sequence[str], reboot: Sequence[str]) -> Outcome:
+        if not self.beats:
+            for _ in range(self.POLLS):
+                holder = self.store.lease_holder()
+                assert holder is not None and holder["pid"] == os.getpid()
+                self.started_at = holder["started_at"]
+                if not self.beats or holder["heartbeat_at"] > self.beats[-1]:
+                    self.beats.append(holder["heartbeat_at"])
+                if self.beats[-1] - self.started_at >= 1.0:
+                    break
+                time.sleep(self.POLL_S)
+            # A runner elsewhere cannot see our pid: only the heartbeat keeps the lease
+            # alive for it. Its stale limit lies between the beat's age and the run's age.
+            now = time.time()
+            stale_s = ((now - self.started_at) + (now - self.beats[-1])) / 2
+            with mock.patch("provisioner.state.socket.gethostname",
+                            return_value="ci-runner-elsewhere"):
+                try:
+                    with self.store.lease("upgrade apply (elsewhere)", stale_after_s=stale_s):
+                        self.foreign_view = "took it over"
+                except StateError as exc:
+                    self.foreign_view = str(exc)
+        return super().install(batch, reboot)
+
+
+def test_the_lease_heartbeat_keeps_a_long_run_alive_for_other_machines(
+        tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    loaded = load(site)
+    profile = for_site(loaded, lab=False)
+    hosts = [p.hostname for p in servers(loaded)]
+    store = StateStore(profile.state_path)
+    store.enroll(hosts)
+    for h in hosts:
+        for phase in LIFECYCLE[1:]:
+            store.transition(h, phase)
+    srv = StandInApiServer(tmp_path / "world.json")
+    srv.save(world(hosts))
+    srv.start()
+    try:
+        slow = SlowInstaller(store)
+        opts = apply_mod.ApplyOptions(lease_heartbeat_s=0.05)
+        r = apply_mod.apply(loaded, "2026.11", OfficialClient(url=srv.url), {}, opts,
+                            profile=profile, installer=slow)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert r.ok
+    assert len(slow.beats) >= 3 and slow.beats[-1] - slow.started_at >= 1.0, slow.beats
+    assert "is held by `upgrade apply --to 2026.11`" in slow.foreign_view
+    assert store.lease_holder() is None  # released at the end; the beat thread stopped

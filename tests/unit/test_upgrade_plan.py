@@ -17,6 +17,7 @@ from provisioner.inventory.topology import servers
 from provisioner.profile import for_site
 from provisioner.upgrade import apply as apply_mod
 from provisioner.upgrade.plan import PlanOptions, make_plan
+from provisioner.upgrade.schedule import Scheduler
 from tests.conftest import EXAMPLE, ROOT
 
 GOOD = """\
@@ -134,3 +135,38 @@ def test_cli_exit_code_for_a_refused_plan(site: Path) -> None:
                            "--to", "next", "--json"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == ExitCode.UPGRADE_REFUSED == 11
     assert '"kubernetes-skips-minor"' in proc.stdout
+
+
+GPU_STACK = GOOD.replace('"1.32.4"', '"1.31.4"') + 'containerd: "1.7.24"\n'  # no Kubernetes
+
+
+def test_workers_go_alongside_the_control_planes_only_when_kubernetes_stays(
+        site: Path) -> None:
+    gpu = plan_of(site, GPU_STACK, max_unavailable=3, batch="100%")
+    assert gpu.ok and not gpu.workers_wait and "no Kubernetes version" in gpu.order
+    # one rack, three down at once: every control-plane round carries workers with it
+    assert gpu.batches == [["cp01", "dgx01", "dgx02"], ["cp02", "stor01"], ["cp03"]]
+    kube = plan_of(site, GOOD, max_unavailable=3, batch="100%")
+    assert kube.workers_wait and "(1.31.4 -> 1.32.4)" in kube.order
+    assert kube.batches == [["cp01"], ["cp02"], ["cp03"], ["dgx01", "dgx02", "stor01"]]
+    assert gpu.planned_s < kube.planned_s
+
+
+def test_workers_wait_for_a_failed_control_plane_only_when_kubernetes_changes() -> None:
+    """A control plane that failed may still serve the old API version: with a Kubernetes
+    change no worker may start (a kubelet never newer than the API server)."""
+    domains = {"cp1": "a", "cp2": "b", "cp3": "c", "w1": "a", "w2": "b"}
+    cps = frozenset({"cp1", "cp2", "cp3"})
+    kube = Scheduler(domains, cps, batch="100%", max_unavailable=1, workers_wait=True)
+    assert kube.next_batch(["w1", "w2"], down={"cp3"}) == []
+    assert "workers wait for every control plane" in kube.why_none(["w1", "w2"], {"cp3"})
+    assert kube.next_batch(["cp2", "w1", "w2"], down={"cp3"}) == []  # quorum, and they wait
+    assert "etcd quorum); workers wait" in kube.why_none(["cp2", "w1"], {"cp3"})
+    gpu = Scheduler(domains, cps, batch="100%", max_unavailable=1, workers_wait=False)
+    assert gpu.next_batch(["w1", "w2"], down={"cp3"}) == ["w1", "w2"]
+    # cp1 shares rack a with w1: it takes the rack's one slot, w1 waits for the next round
+    assert gpu.next_batch(["cp1", "w1", "w2"], down=()) == ["cp1", "w2"]
+    # quorum: with cp3 down no other control plane may go, the workers still may
+    assert gpu.next_batch(["cp2", "w1"], down={"cp3"}) == ["w1"]
+    assert gpu.next_batch(["cp2"], down={"cp3"}) == []
+    assert "etcd quorum" in gpu.why_none(["cp2"], {"cp3"})

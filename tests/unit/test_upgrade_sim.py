@@ -3,10 +3,15 @@ real state store) driven against a simulated cluster over many hypothesis scenar
 failures at random steps, slow drains, PDBs that never release. Invariants:
 
 - the nodes of a failure domain cordoned at once never exceed --max-unavailable;
-- control planes go one at a time and, with three or more, never below etcd quorum;
+- control planes go one at a time (at most one in a batch) and, with three or more, never
+  below etcd quorum;
+- when the bundle changes Kubernetes, no worker's kubelet is upgraded while any API server
+  is still on the old version (a control plane not yet upgraded, or one whose upgrade
+  failed); when it does not, workers may go alongside the control planes;
 - a node that failed is never uncordoned (it stays cordoned);
 - no batch starts once the failure budget is spent, and a run that did not try every node
-  stopped for the budget or for --max-unavailable, and said which.
+  stopped for the budget, for --max-unavailable or quorum, or because workers wait for a
+  failed control plane, and said which.
 
 max_examples is 150 per run (about 10 s on the shared 2-core machine; each scenario starts
 from a copy of one ready store); hypothesis draws new scenarios on every
@@ -53,8 +58,10 @@ class SimCluster:
     whenever a node is cordoned or uncordoned."""
 
     def __init__(self, fates: dict[str, str], domains: dict[str, str], limits: dict[str, int],
-                 cps: set[str]) -> None:
+                 cps: set[str], kube: bool = True) -> None:
         self.fates, self.domains, self.limits, self.cps = fates, domains, limits, cps
+        self.kube = kube  # the bundle changes Kubernetes
+        self.api_new: set[str] = set()  # control planes whose API server is on the bundle
         self.cordoned: set[str] = set()
         self.failed: set[str] = set()
         self.tries: Counter[str] = Counter()
@@ -116,6 +123,13 @@ class SimCluster:
 
     # Installer
     def install(self, batch: Any, reboot: Any) -> dict[str, str | None]:
+        with self.lock:
+            old_apis = sorted(self.cps - self.api_new)
+            for h in batch:
+                if self.kube and h not in self.cps and old_apis:
+                    self.errors.append(f"{h}: kubelet upgraded while API server(s) "
+                                       f"{old_apis} are on the old version")
+            self.api_new |= {h for h in batch if h in self.cps and self.fates[h] != "install"}
         return {h: "dpkg failed" if self.fates[h] == "install" else None for h in batch}
 
     def gate(self, batch: Any) -> dict[str, str | None]:
@@ -160,6 +174,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "batch": draw(st.one_of(st.integers(1, 6), st.sampled_from(["50%", "100%"]))),
         "max_failures": draw(st.integers(1, 4)),
         "fallback": draw(st.booleans()),
+        "kube": draw(st.booleans()),  # the bundle changes Kubernetes: workers wait
     }
 
 
@@ -197,7 +212,7 @@ def test_rolling_upgrade_invariants(sc: dict[str, Any]) -> None:
     hosts, domains, cps, fates = sc["hosts"], sc["domains"], sc["cps"], sc["fates"]
     sizes = Counter(domains.values())
     limits = {d: limit(sc["max_unavailable"], n) for d, n in sizes.items()}
-    sim = SimCluster(fates, domains, limits, cps)  # a PDB blocks, whatever the operator says
+    sim = SimCluster(fates, domains, limits, cps, sc["kube"])  # a PDB blocks regardless
     if sc["fallback"]:  # the operator allowed deleting blocked pods: the drain goes through
         fates = {h: ("ok" if f == "drain_blocked" else f) for h, f in fates.items()}
     with tempfile.TemporaryDirectory(dir=SHM) as tmp:
@@ -205,7 +220,8 @@ def test_rolling_upgrade_invariants(sc: dict[str, Any]) -> None:
         run_id = store.start_run("upgrade apply (simulated)")
         journal = Journal(store, run_id, None)
         journal.load(hosts)
-        sched = Scheduler(domains, frozenset(cps), sc["batch"], sc["max_unavailable"])
+        sched = Scheduler(domains, frozenset(cps), sc["batch"], sc["max_unavailable"],
+                          workers_wait=sc["kube"])
         r = Rolling(journal, sim, sim, sched, hosts, frozenset(), {h: 8 for h in hosts},
                     sc["max_failures"], DrainOptions(DRAIN_TIMEOUT_S, RETRY_S, sc["fallback"]),
                     virtual_clock())
@@ -236,14 +252,18 @@ def test_rolling_upgrade_invariants(sc: dict[str, Any]) -> None:
                 assert h not in sim.cordoned
         for batch, failed_before in starts:  # no batch after the budget was spent
             assert failed_before < sc["max_failures"], (batch, failed_before)
+            assert sum(h in cps for h in batch) <= 1, batch  # one control plane at a time
         failed = [h for h in hosts if journal.phase(h) is Phase.FAILED]
         assert sorted(out.failed) == sorted(failed)
         if attempted != set(hosts):
             assert out.stopped is not None
             if len(failed) >= sc["max_failures"]:
                 assert out.stopped.startswith("failure budget spent")
+            elif out.stopped.startswith("workers wait for every control plane"):
+                assert sc["kube"] and set(failed) & cps, out.stopped
             else:
-                assert "max-unavailable" in out.stopped
+                assert "max-unavailable" in out.stopped or "etcd quorum" in out.stopped, \
+                    out.stopped
         else:
             assert out.stopped is None
         assert out.budget_spent == (len(failed) >= sc["max_failures"])
