@@ -1,6 +1,8 @@
 """`provision up` end to end on the example site in the local lab: real BMC emulators
 (sushy-tools, ipmi_sim), real SSH test hosts, the real rendered playbooks; then faults
-injected into the same lab, each on one node while the others go on."""
+injected into the same lab, each on one node while the others go on; then a node added to
+the site that is up (tests/integration/add_flow.py), and last the search for secrets in
+everything the runs left."""
 
 from __future__ import annotations
 
