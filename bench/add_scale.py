@@ -39,6 +39,7 @@ from provisioner.state import StateStore
 
 ROOT = Path(__file__).resolve().parent.parent
 ID = "disc-bench"
+BENCH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGf2mvZz4M6W7ePLkgoNZLE4yW8NMw4aSIDxQy2XY5Fc bench"
 
 
 def write_site(n: int, dest: Path) -> None:
@@ -47,7 +48,10 @@ def write_site(n: int, dest: Path) -> None:
     head, _, rest = text.partition("racks:\n")
     racks, _, placements = rest.partition("placements:\n")
     dest.mkdir(parents=True)
-    (dest / "site.yaml").write_text(head)
+    # an installable site has an admin key (inventory/security.py refuses one without)
+    (dest / "site.yaml").write_text(head.replace(
+        f"site: {{name: scale-{n}}}", f"site: {{name: scale-{n}, ssh: {{authorized_keys: "
+        f"['{BENCH_KEY}']}}}}", 1))
     (dest / "racks.yaml").write_text("racks:\n" + racks)
     # a rack with room at the end, as a site grows
     (dest / "racks.yaml").write_text(
@@ -69,9 +73,9 @@ def prepare(site: Path) -> None:
                   Phase.VERIFIED, Phase.READY):
         for h in hosts:
             store.transition(h, phase, run_id=run)
-    store.enroll([ID], run, phase=Phase.DISCOVERED)
+    store.enroll([ID], run, phase=Phase.DISCOVERED)  # its BMC in the oob network (checks)
     store.record(ID, "discovery", {
-        "bmc": {"protocol": "redfish", "address": "10.1.250.1", "port": 443,
+        "bmc": {"protocol": "redfish", "address": "10.31.250.1", "port": 443,
                 "scheme": "https"},
         "lease_mac": "7c:c2:55:00:00:01", "error": None,
         "facts": {"vendor": "NVIDIA", "model": "DGXH100", "serial": "bench",

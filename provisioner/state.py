@@ -345,6 +345,29 @@ class StateStore:
                                    sort_keys=True)))
         return self.node(hostname)
 
+    def adopt(self, ident: str, hostname: str, *, run_id: int | None = None,
+              detail: dict[str, Any] | None = None) -> NodeState:
+        """The discovered node `ident` becomes `hostname` (`provision add` placed it), moving
+        on to enrolled: one transaction, so no stale discovered row is left. The id's events
+        stay (the history), the last one `added`, naming the host."""
+        with self._tx() as db:
+            row = db.execute("SELECT phase FROM nodes WHERE hostname = ?", (ident,)).fetchone()
+            if row is None or row[0] != Phase.DISCOVERED.value:
+                raise StateError(f"{ident} is not a discovered node in the state store")
+            if db.execute("SELECT 1 FROM nodes WHERE hostname = ?", (hostname,)).fetchone():
+                raise StateError(f"{hostname} is in the state store already",
+                                 hint="choose another name with --name")
+            now, before = time.time(), Phase.DISCOVERED.value
+            db.execute("UPDATE nodes SET hostname = ?, phase = ?, updated_at = ? WHERE "
+                       "hostname = ?", (hostname, Phase.ENROLLED.value, now, ident))
+            db.execute("INSERT INTO events (run_id, at, hostname, kind, detail) VALUES (?, ?, ?,"
+                       " 'added', ?)", (run_id, now, ident, json.dumps({"hostname": hostname})))
+            db.execute("INSERT INTO events (run_id, at, hostname, kind, from_phase, to_phase,"
+                       " detail) VALUES (?, ?, ?, 'transition', ?, ?, ?)",
+                       (run_id, now, hostname, before, Phase.ENROLLED.value,
+                        json.dumps(detail or {}, sort_keys=True)))
+        return self.node(hostname)
+
     def record(self, hostname: str | None, kind: str, detail: dict[str, Any],
                run_id: int | None = None) -> None:
         """Append an event that changes no phase (for example: OS install skipped in the lab)."""

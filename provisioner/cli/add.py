@@ -29,10 +29,6 @@ from provisioner.inventory.models import Tls
 from provisioner.state import StateStore
 from provisioner.workflows import up as up_mod
 
-LAB_JOIN_NOTE = ("lab: the cluster side of the join (a join token from the first control "
-                 "plane, kubeadm join, the node's labels) is skipped by its needs_cluster tag: "
-                 "there is no Kubernetes API server in the lab")
-
 
 @handle_errors
 def add(
@@ -116,11 +112,9 @@ def add(
         with graceful_stop("stopping: `provision up --limit " + host + "` resumes",
                            "aborting") as stop, out.up_progress(
                 [host], live=False, json_events=False) as progress:
-            up = up_mod.up(grown, os.environ, up_mod.UpOptions(limit=host),
+            up = up_mod.up(grown, os.environ, up_mod.UpOptions(limit=host, adding=True),
                            progress=progress, stop=stop, abort=stop.abort,
                            profile=profile_mod.for_site(grown))
-        if up.lab:
-            up.notes.append(LAB_JOIN_NOTE)
         report = report.model_copy(update={"up": results.up_report(up)})
         code = (ExitCode.INTERRUPTED if up.interrupted
                 else ExitCode.NODES_FAILED if up.failed else ExitCode.OK)

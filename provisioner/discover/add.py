@@ -4,8 +4,9 @@ The node's block comes from discovery's fingerprint (or --block); place.py choos
 U, host name, addresses and switch ports within the budgets; writeback.py makes the
 inventory change. Before anything is written, the added text must read back as the
 proposed placement and the grown site must pass the site's own checks with no new error.
-With `apply`, the file is replaced and the node moves discovered -> enrolled in the state
-store (its discovery id is kept in the event), ready for `up --limit`.
+With `apply`, the file is replaced and the discovered node becomes the host in the state
+store, moving on to enrolled (StateStore.adopt: its discovery id's events stay, the last
+one `added`), ready for `up --limit`.
 """
 
 from __future__ import annotations
@@ -55,19 +56,18 @@ class AddResult:
 
 def from_discovered(store: StateStore, ident: str, credentials: str) -> Source:
     """The discovered node's endpoint, facts and block, from its discovery event."""
+    events = store.events(ident)
+    added = [e for e in events if e.kind == "added"]
+    if added:
+        raise ConfigError(f"--discovered {ident} was added already as "
+                          f"{added[-1].detail.get('hostname')}")
     try:
         st = store.node(ident)
     except StateError:
         raise ConfigError(f"--discovered {ident}: no such discovered node",
                           hint="`provision discover` lists them") from None
     if st.phase is not Phase.DISCOVERED:
-        raise ConfigError(f"--discovered {ident} is {st.phase.value}, not discovered "
-                          "(added already?)")
-    events = store.events(ident)
-    added = [e for e in events if e.kind == "added"]
-    if added:
-        raise ConfigError(f"--discovered {ident} was added already as "
-                          f"{added[-1].detail.get('hostname')}")
+        raise ConfigError(f"--discovered {ident} is {st.phase.value}, not discovered")
     seen = [e for e in events if e.kind == "discovery"]
     if not seen:
         raise ConfigError(f"--discovered {ident}: no discovery record",
@@ -187,10 +187,11 @@ def add(loaded: LoadedSite, store: StateStore, source: Source, *, block: str | N
     try:
         detail = {"discovered_as": source.id, "rack": proposal.rack, "u": proposal.u,
                   "block": proposal.block, "file": change.display}
-        store.enroll([proposal.hostname], run_id, phase=Phase.DISCOVERED)
-        store.transition(proposal.hostname, Phase.ENROLLED, run_id=run_id, detail=detail)
-        if source.id is not None:
-            store.record(source.id, "added", {"hostname": proposal.hostname}, run_id)
+        if source.id is not None:  # the discovered row becomes the host (history kept)
+            store.adopt(source.id, proposal.hostname, run_id=run_id, detail=detail)
+        else:
+            store.enroll([proposal.hostname], run_id, phase=Phase.DISCOVERED)
+            store.transition(proposal.hostname, Phase.ENROLLED, run_id=run_id, detail=detail)
     finally:
         store.end_run(run_id, "ok")
     return result

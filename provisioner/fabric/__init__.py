@@ -3,6 +3,7 @@ fed from the same RocePolicy the hosts get (provisioner/roce.py) and the resolve
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from provisioner import roce
@@ -39,14 +40,16 @@ class RenderedSwitch:
     text: str
 
 
-def switch_specs(loaded: LoadedSite) -> list[SwitchSpec]:
-    """One spec per managed switch that has cabled ports, in placement order."""
+def switch_specs(loaded: LoadedSite, nodes: Collection[str] | None = None) -> list[SwitchSpec]:
+    """One spec per managed switch that has cabled ports, in placement order. With `nodes`,
+    only the ports cabled to those nodes (no uplink): what adding them needs."""
     site = loaded.site
     ports: dict[str, list[PortSpec]] = {}
     for link in resolve(site, loaded.catalog):
-        ports.setdefault(link.switch, []).append(
-            PortSpec(link.switch_port, f"{link.node} {link.nic}", link.switch_mtu_bytes))
-    for up in site.cabling.uplinks:
+        if nodes is None or link.node in nodes:
+            ports.setdefault(link.switch, []).append(
+                PortSpec(link.switch_port, f"{link.node} {link.nic}", link.switch_mtu_bytes))
+    for up in site.cabling.uplinks if nodes is None else ():
         ports.setdefault(up.switch, []).append(
             PortSpec(up.switch_port, "uplink", site.cabling.switch_mtu_bytes))
     specs = []
@@ -59,9 +62,10 @@ def switch_specs(loaded: LoadedSite) -> list[SwitchSpec]:
     return specs
 
 
-def render_all(loaded: LoadedSite) -> list[RenderedSwitch]:
+def render_all(loaded: LoadedSite,
+               nodes: Collection[str] | None = None) -> list[RenderedSwitch]:
     out = []
-    for spec in switch_specs(loaded):
+    for spec in switch_specs(loaded, nodes):
         renderer = RENDERERS.get(spec.nos)
         if renderer is None:
             raise RenderError(f"{spec.hostname}: no switch renderer for '{spec.nos}'")

@@ -9,7 +9,7 @@ never imports netmiko.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
 from provisioner import fabric
@@ -49,9 +49,11 @@ class Target:
     stands_in_for: str | None = None
 
 
-def targets(loaded: LoadedSite) -> dict[str, Target]:
+def targets(loaded: LoadedSite, nodes: Collection[str] | None = None) -> dict[str, Target]:
+    """Each switch's target; with `nodes`, the config of their ports alone (plus the
+    switch-wide QoS the OS renders with any port), so a push touches no other port."""
     out = {}
-    for r in fabric.render_all(loaded):
+    for r in fabric.render_all(loaded, nodes):
         stand_in = loaded.lab_switches.get(r.spec.hostname)
         if stand_in and stand_in != r.spec.nos and stand_in in fabric.RENDERERS:
             spec = replace(r.spec, nos=stand_in)
@@ -90,11 +92,12 @@ def refuse_inventory_errors(loaded: LoadedSite) -> None:
 
 def outcomes(loaded: LoadedSite, env: Mapping[str, str], names: Sequence[str], *,
              push: bool, connect: DriverFactory = netmiko_factory, max_parallel: int = 8,
-             timeout_s: float = 20.0) -> list[SwitchOutcome]:
+             timeout_s: float = 20.0,
+             nodes: Collection[str] | None = None) -> list[SwitchOutcome]:
     """Diff (push=False) or push these switches, in parallel on the engine's fan-out; one
     switch's failure never stops the others. Takes no lock and records nothing: the caller
-    does (`run` below, or the fabric step of `up`)."""
-    todo = targets(loaded)
+    does (`run` below, or the fabric step of `up`). With `nodes`, only their ports."""
+    todo = targets(loaded, nodes)
     logins = CredentialResolver(loaded, env)
 
     def one(name: str) -> SwitchOutcome:

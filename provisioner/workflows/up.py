@@ -9,7 +9,9 @@ import away):
                                          refused for an installed node: steps.guard)
                steps.os.WaitOs           booting   -> os_ready   (SSH login + install marker)
     site step  steps.fabric.run          switches cabled to os_ready nodes: check, push
-    batches    steps.ansible.Playbook    os_ready  -> configured (site.yml, waves of forks)
+                                         (`add`: only the added nodes' ports)
+    batches    steps.ansible.Playbook    os_ready  -> configured (site.yml, waves of forks;
+                                         `add` in the lab: then steps.join in check mode)
     batches    steps.verify.gate         configured -> verified  (verify.yml)
     node stage steps.verify.Ready        verified  -> ready
 
@@ -20,6 +22,7 @@ there; a failed node is retried from the phase it failed in. Nothing here prints
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -47,6 +50,7 @@ from provisioner.workflows import engine
 from provisioner.workflows.engine import NodeOutcome, Progress, ProgressFn
 from provisioner.workflows.steps import Context
 from provisioner.workflows.steps import fabric as fabric_step
+from provisioner.workflows.steps import join as join_step
 from provisioner.workflows.steps.ansible import Playbook
 from provisioner.workflows.steps.bmc import (
     Boot,
@@ -80,6 +84,9 @@ class UpOptions:
     playbook: str = "site.yml"
     verify_playbook: str = "verify.yml"
     reinstall: str | None = None  # nodes (globs, like limit) Boot may reinstall when installed
+    # The nodes `provision add` just placed: their switch ports alone are pushed, and in the
+    # lab the cluster side of their join runs in check mode (steps/join.py).
+    adding: bool = False
 
 
 @dataclass
@@ -171,9 +178,12 @@ def _run(ctx: Context, hosts: list[str], opts: UpOptions,
                      concurrency=concurrency, deadline_s=deadline_s,
                      session=driver_session(ctx, todo, opts.request_timeout_s, make_driver)
                      ).run(journal, todo, ctx.stop)
-    fabric_step.run(ctx, todo)  # before the host RoCE step: the switch ports first
+    # before the host RoCE step: the switch ports first (only the added nodes' for `add`)
+    fabric_step.run(ctx, todo, ports_only=opts.adding)
+    join = (functools.partial(join_step.check_mode, ctx, forks=opts.forks)
+            if opts.adding and ctx.profile.lab else None)
     engine.BatchStage(Phase.OS_READY, Playbook(ctx, opts.playbook, "configure", Phase.OS_READY,
-                                               Phase.CONFIGURED, opts.forks),
+                                               Phase.CONFIGURED, opts.forks, then=join),
                       serial=opts.forks, first=first).run(journal, todo, ctx.stop)
     engine.BatchStage(Phase.CONFIGURED, gate(ctx, opts.verify_playbook, opts.forks),
                       serial=opts.forks, first=first).run(journal, todo, ctx.stop)

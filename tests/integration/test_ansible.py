@@ -26,7 +26,7 @@ def test_ansible_lint_production_profile():
 
 
 @pytest.mark.parametrize("playbook", ["site.yml", "validate.yml", "verify.yml", "ping.yml",
-                                      "upgrade_gate.yml", "upgrade_reboot.yml"])
+                                      "join.yml", "upgrade_gate.yml", "upgrade_reboot.yml"])
 def test_rendered_project_passes_syntax_check(tmp_path, playbook):
     out = render.render(load(EXAMPLE), tmp_path / "out", lab=True).out
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "../inventory", playbook,

@@ -1,6 +1,8 @@
 """`provision up` end to end on the example site in the local lab: real BMC emulators
 (sushy-tools, ipmi_sim), real SSH test hosts, the real rendered playbooks; then faults
-injected into the same lab, each on one node while the others go on."""
+injected into the same lab, each on one node while the others go on; then a node added to
+the site that is up (tests/integration/add_flow.py), and last the search for secrets in
+everything the runs left."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from provisioner.state import StateStore
 from provisioner.workflows import report
 from provisioner.workflows.up import LAB_OS_NOTE, state_path
 from tests.conftest import EXAMPLE, ROOT, requires_ssh_hosts
+from tests.integration import add_flow
 from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
 
 pytestmark = [pytest.mark.integration, requires_ipmi_sim,
@@ -170,51 +173,6 @@ def test_end_to_end_every_node_ready_then_nothing_to_do(site_lab):
     assert all(n.bmc is not None and n.bmc.power == "on" for n in plan2.nodes)
 
 
-# The only files that may hold the lab's BMC password: the lab's own (the 0600 password file
-# the overlay points to, and ipmi_sim's user table, which the emulator needs in clear).
-BMC_PASSWORD_HOLDERS = (re.compile(r"\.provision/lab/bmc-password$"),
-                        re.compile(r"\.provision/lab/ipmi/[^/]+/lan\.conf$"))
-# A kubeadm bootstrap token or certificate key as they appear on a join command line.
-JOIN_SECRETS = re.compile(rb"--token [a-z0-9]{6}\.[a-z0-9]{16}|--certificate-key [0-9a-f]{64}")
-
-
-def test_no_secret_anywhere_after_the_runs(site_lab):
-    """After the end-to-end run (and whatever else ran on this lab before): the BMC and
-    switch passwords and any join token or certificate key are in no artifact, event file,
-    log, state store (its WAL and backups included), rendered file or file the playbooks
-    wrote on the SSH test hosts (their overlay upper/ directories)."""
-    site, _ = site_lab
-    bmc_password = (site / ".provision/lab/bmc-password").read_text().strip()
-    assert len(bmc_password) >= 16 and len(SWITCH_PASSWORD) > 16
-    needles = (bmc_password.encode(), SWITCH_PASSWORD.encode())
-    seen: dict[str, int] = {}
-    hits, holders = [], []
-    for top, dirs, files in os.walk(site):
-        # merged/ (the mounted view) and work/ (overlayfs scratch) of the SSH test hosts:
-        # what the playbooks wrote there is in upper/
-        dirs[:] = [d for d in dirs if d not in ("merged", "work")]
-        for name in files:
-            path = Path(top) / name
-            if path.is_symlink() or not path.is_file():
-                continue
-            rel = str(path.relative_to(site))
-            data = path.read_bytes()
-            kind = ("artifact" if "/artifacts/" in rel else "state" if ".db" in rel
-                    else "log" if rel.endswith((".log", "stdout")) else "other")
-            seen[kind] = seen.get(kind, 0) + 1
-            if bmc_password.encode() in data and any(h.search(rel) for h in BMC_PASSWORD_HOLDERS):
-                holders.append(rel)
-                continue
-            hits += [f"{rel}: secret {i}" for i, n in enumerate(needles) if n in data]
-            hits += [f"{rel}: {m.group()[:12]}..." for m in JOIN_SECRETS.finditer(data)]
-    assert hits == []
-    # the search could have found them: the legitimate holders do hold the password, and
-    # the walk went through artifacts, state stores (with backups) and logs
-    assert ".provision/lab/bmc-password" in holders and len(holders) > 1, holders
-    assert seen.get("artifact", 0) > 10 and seen.get("state", 0) >= 2 and seen.get("log"), seen
-    assert any(".backups/" in str(p) for p in site.rglob("*.db")), "no state backup seen"
-
-
 def _with_overlay(site: Path, edit) -> str:
     overlay = site / ".provision" / "lab" / "overlay.yaml"
     original = overlay.read_text()
@@ -355,3 +313,56 @@ def test_bmc_emulator_stopped_mid_run(site_lab):
     assert [p for h, p in resumed if h == "cp03"] == ["inspected", "booting", "os_ready",
                                                       "configured", "verified", "ready"]
     assert {h for h, _ in resumed} == {"cp03"}
+
+
+def test_add_one_node_to_the_up_site(site_lab):
+    """Plug-and-play on this lab once the site is up (tests/integration/add_flow.py): the
+    other nodes see nothing but the join's one step on the first control plane."""
+    site, lab_state = site_lab
+    add_flow.discover_add_and_bring_up(site, lab_state)
+
+
+# The only files that may hold the lab's BMC password: the lab's own (the 0600 password file
+# the overlay points to, and ipmi_sim's user table, which the emulator needs in clear).
+BMC_PASSWORD_HOLDERS = (re.compile(r"\.provision/lab/bmc-password$"),
+                        re.compile(r"\.provision/lab/ipmi/[^/]+/lan\.conf$"))
+# A kubeadm bootstrap token or certificate key as they appear on a join command line.
+JOIN_SECRETS = re.compile(rb"--token [a-z0-9]{6}\.[a-z0-9]{16}|--certificate-key [0-9a-f]{64}")
+
+
+def test_no_secret_anywhere_after_the_runs(site_lab):
+    """After the end-to-end run and whatever else ran on this lab (the last test of the
+    module: the add and its check-mode join included): the BMC and
+    switch passwords and any join token or certificate key are in no artifact, event file,
+    log, state store (its WAL and backups included), rendered file or file the playbooks
+    wrote on the SSH test hosts (their overlay upper/ directories)."""
+    site, _ = site_lab
+    bmc_password = (site / ".provision/lab/bmc-password").read_text().strip()
+    assert len(bmc_password) >= 16 and len(SWITCH_PASSWORD) > 16
+    needles = (bmc_password.encode(), SWITCH_PASSWORD.encode())
+    seen: dict[str, int] = {}
+    hits, holders = [], []
+    for top, dirs, files in os.walk(site):
+        # merged/ (the mounted view) and work/ (overlayfs scratch) of the SSH test hosts:
+        # what the playbooks wrote there is in upper/
+        dirs[:] = [d for d in dirs if d not in ("merged", "work")]
+        for name in files:
+            path = Path(top) / name
+            if path.is_symlink() or not path.is_file():
+                continue
+            rel = str(path.relative_to(site))
+            data = path.read_bytes()
+            kind = ("artifact" if "/artifacts/" in rel else "state" if ".db" in rel
+                    else "log" if rel.endswith((".log", "stdout")) else "other")
+            seen[kind] = seen.get(kind, 0) + 1
+            if bmc_password.encode() in data and any(h.search(rel) for h in BMC_PASSWORD_HOLDERS):
+                holders.append(rel)
+                continue
+            hits += [f"{rel}: secret {i}" for i, n in enumerate(needles) if n in data]
+            hits += [f"{rel}: {m.group()[:12]}..." for m in JOIN_SECRETS.finditer(data)]
+    assert hits == []
+    # the search could have found them: the legitimate holders do hold the password, and
+    # the walk went through artifacts, state stores (with backups) and logs
+    assert ".provision/lab/bmc-password" in holders and len(holders) > 1, holders
+    assert seen.get("artifact", 0) > 10 and seen.get("state", 0) >= 2 and seen.get("log"), seen
+    assert any(".backups/" in str(p) for p in site.rglob("*.db")), "no state backup seen"

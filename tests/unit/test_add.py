@@ -15,7 +15,7 @@ from provisioner import profile
 from provisioner.cli import app
 from provisioner.discover import add as add_mod
 from provisioner.discover import place, writeback
-from provisioner.errors import BudgetError, ConfigError
+from provisioner.errors import BudgetError, ConfigError, StateError
 from provisioner.inventory import checks, load
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.models import Bmc
@@ -134,19 +134,37 @@ def test_patch_applies_with_git(site: Path, tmp_path: Path) -> None:
     assert (site / "placements-r02.yaml").read_text() == change.after
 
 
-def test_apply_enrolls_the_host_and_keeps_the_discovery_id(site: Path) -> None:
+def test_apply_enrolls_the_host_in_place_of_the_discovered_node(site: Path) -> None:
     store = _discovered(site, "disc-1234", "dgx-h100")
+    _discovered(site, "disc-other", "dgx-h100")  # another one, not added: stays discovered
     loaded = load(site)
     source = add_mod.from_discovered(store, "disc-1234", "bmc")
     result = add_mod.add(loaded, store, source, apply=True)
     assert result.applied and result.proposal.hostname == "gpu-a05"
-    assert store.node("gpu-a05").phase is Phase.ENROLLED
-    moved = [e for e in store.events("gpu-a05") if e.to_phase == "enrolled"]
-    assert moved and moved[0].detail["discovered_as"] == "disc-1234"
-    assert [e.detail for e in store.events("disc-1234") if e.kind == "added"] \
-        == [{"hostname": "gpu-a05"}]
+    # the discovered row became the host: `status` shows no stale discovered node for it
+    assert {n.hostname: n.phase for n in store.nodes()} == {
+        "gpu-a05": Phase.ENROLLED, "disc-other": Phase.DISCOVERED}
+    assert store.check_consistency() == []
+    moved = [e for e in store.events("gpu-a05") if e.kind == "transition"]
+    assert [(e.from_phase, e.to_phase) for e in moved] == [("discovered", "enrolled")]
+    assert moved[0].detail["discovered_as"] == "disc-1234"
+    # the id's history stays in the event log, the last event naming the host
+    history = store.events("disc-1234")
+    assert [e.kind for e in history] == ["discovered", "discovery", "added"]
+    assert history[-1].detail == {"hostname": "gpu-a05"}
     with pytest.raises(ConfigError, match="added already as gpu-a05"):
         add_mod.from_discovered(store, "disc-1234", "bmc")
+
+
+def test_adopt_refuses_a_taken_name_and_a_node_not_discovered(site: Path) -> None:
+    store = _discovered(site, "disc-1234", "dgx-h100")
+    store.enroll(["gpu-a05"])
+    with pytest.raises(StateError, match="gpu-a05 is in the state store already"):
+        store.adopt("disc-1234", "gpu-a05")
+    with pytest.raises(StateError, match="gpu-a05 is not a discovered node"):
+        store.adopt("gpu-a05", "gpu-a06")
+    assert store.node("disc-1234").phase is Phase.DISCOVERED  # nothing half-done
+    assert [e.kind for e in store.events("disc-1234")] == ["discovered", "discovery"]
 
 
 def test_cli_unknown_shape_is_not_guessed(site: Path) -> None:

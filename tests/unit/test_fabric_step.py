@@ -108,3 +108,26 @@ def test_a_policy_the_switch_os_cannot_render_fails_its_nodes_not_up(tmp_path: P
     assert out["dgx01"].phase is Phase.FAILED
     assert "default RoCE classes" in (out["dgx01"].reason or "")
     assert out["cp01"].phase is Phase.OS_READY
+
+
+def test_adding_a_node_pushes_its_ports_alone_not_the_drift_of_others() -> None:
+    """`add`'s fabric step (ports_only) renders the new node's ports with the switch-wide
+    QoS and nothing else: on a switch where another port drifted, the lines sent are the
+    new port's only (the drift is `fabric push`'s to repair, not an addition's)."""
+    from dataclasses import replace
+
+    from provisioner.switches import cli_diff, ops
+
+    loaded = load(EXAMPLE)
+    full, mine = ops.targets(loaded)["leaf01"], ops.targets(loaded, {"dgx02"})["leaf01"]
+    assert "swp1s0" in full.text and "swp2s0" in mine.text and "swp1s0" not in mine.text
+    # NVUE's switch-wide RoCE QoS comes with the port (`nv config patch` merges it)
+    assert "roce" in mine.text and "swp2s0" in full.text
+    assert "leaf01" not in ops.targets(loaded, {"cp01"})  # no RoCE port: no switch touched
+    stand_in = replace(loaded, lab_switches={"leaf01": "cisco_ios"})
+    drifted = ops.targets(stand_in)["leaf01"].text.replace(" description dgx01 roce\n", "")
+    running = drifted.replace(" description dgx02 roce\n", "")  # dgx02 is being added
+    sent = cli_diff.plan(ops.targets(stand_in, {"dgx02"})["leaf01"].text, running)
+    assert sent == ["interface swp2s0", "description dgx02 roce"]
+    assert "description dgx01 roce" in cli_diff.plan(ops.targets(stand_in)["leaf01"].text,
+                                                     running)  # a whole push would repair it

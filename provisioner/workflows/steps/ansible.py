@@ -4,6 +4,7 @@ outcome recorded from ansible-runner's per-host result."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,9 @@ class Playbook:
     # Safe to run twice on a host (the roles are idempotent): a lost execution node's
     # hosts may then run again on another node.
     idempotent: bool = True
+    # Run over the hosts that passed, before they move: the hosts it returns (with why)
+    # fail instead (`add` in the lab: the join in check mode, steps/join.py).
+    then: Callable[[list[str]], Mapping[str, str]] | None = None
 
     def __call__(self, batch: list[str]) -> None:
         ctx = self.ctx
@@ -117,6 +121,7 @@ class Playbook:
               worker: str | None = None) -> None:
         journal, step = self.ctx.journal, self.step
         where = f" on execution node {worker}" if worker else ""
+        passed: dict[str, dict[str, Any]] = {}
         for h in batch:
             failures = [e for e in result.failures if e.host == h]
             if failures:
@@ -132,7 +137,10 @@ class Playbook:
                 journal.note(h, step, "not_finished", "the playbook stopped after another "
                              "host failed; this node runs again next time")
             else:
-                detail = playbook_detail(result, h)
-                if worker:
-                    detail["worker"] = worker
+                passed[h] = playbook_detail(result, h) | ({"worker": worker} if worker else {})
+        failed = self.then(list(passed)) if passed and self.then is not None else {}
+        for h, detail in passed.items():
+            if h in failed:
+                journal.fail(h, step, failed[h])
+            else:
                 journal.move(h, self.target, step, detail)

@@ -39,8 +39,11 @@ def cabled(ctx: Context, hosts: Sequence[str]) -> dict[str, set[str]]:
 
 def run(ctx: Context, hosts: Sequence[str],
         connect: ops.DriverFactory = ops.netmiko_factory,
-        timeout_s: float = 20.0) -> list[SwitchOutcome]:
-    """Check, then push every switch cabled to a node about to be configured (os_ready)."""
+        timeout_s: float = 20.0, *, ports_only: bool = False) -> list[SwitchOutcome]:
+    """Check, then push every switch cabled to a node about to be configured (os_ready).
+    With `ports_only` (`provision add`), a switch gets the config of those nodes' ports
+    alone (with the switch-wide QoS any port needs): no other port is touched, even one
+    that drifted (`fabric push` is for the whole switch)."""
     if ctx.stop.is_set():
         return []
     todo = [h for h in hosts if ctx.journal.phase(h) is Phase.OS_READY]
@@ -76,15 +79,18 @@ def run(ctx: Context, hosts: Sequence[str],
     names = sorted(on)
     for name in names:
         journal.emit(Progress(name, STEP, "start", "check passed; diff and push"))
+    nodes = sorted(set().union(*on.values())) if ports_only else None
     done = ops.outcomes(ctx.loaded, ctx.env, names, push=True, connect=connect,
-                        timeout_s=timeout_s)
+                        timeout_s=timeout_s, nodes=nodes)
     targets = ops.targets(ctx.loaded)
     for o in done:
-        journal.store.record(o.switch, "fabric_push", asdict(o), run_id=journal.run_id)
+        journal.store.record(o.switch, "fabric_push", asdict(o) | (
+            {"ports_of": sorted(on[o.switch])} if ports_only else {}), run_id=journal.run_id)
         stands_in = targets[o.switch].stands_in_for
-        text = _summary(o) + (f" (lab: stand-in for a {stands_in} switch, driven as "
-                              f"{o.nos}; its {stands_in} config was checked, not pushed)"
-                              if stands_in else "")
+        text = _summary(o) + (f" (only the ports of {', '.join(sorted(on[o.switch]))})"
+                              if ports_only else "") + (
+            f" (lab: stand-in for a {stands_in} switch, driven as {o.nos}; its {stands_in} "
+            "config was checked, not pushed)" if stands_in else "")
         journal.emit(Progress(o.switch, STEP, "ok" if o.ok else "failed", text))
         ctx.notes.append(f"fabric: {o.switch} {text}")
         if not o.ok:
