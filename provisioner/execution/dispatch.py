@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +18,11 @@ from provisioner.execution import shares
 from provisioner.execution.stream import run_share
 from provisioner.inventory.execution_models import Execution
 from provisioner.workflows.engine import fan_out
+
+# One failure domain for the hosts that must run in one ansible-playbook (the control
+# planes: kubeadm's certificate upload re-encrypts the kubeadm-certs Secret under a new key
+# each time, so control planes joining from two shares at once would race for it).
+TOGETHER = "\x00together"
 
 
 @dataclass
@@ -55,9 +60,12 @@ def run_batch(ex: Execution, rack_of: Mapping[str, str], private_data_dir: Path,
               check: bool = False, on_event: runner_mod.EventFn | None = None,
               cancel: Callable[[], bool] | None = None,
               record: Callable[[Attempt, int], None] | None = None,
-              on_spawn: Callable[[str, int], None] | None = None) -> list[ShareOutcome]:
-    """Run `playbook` over `batch`, split by rack across `ex.nodes`; one outcome per share."""
-    domain = rack_of if ex.split_by == "rack" else {h: h for h in batch}
+              on_spawn: Callable[[str, int], None] | None = None,
+              together: Collection[str] = ()) -> list[ShareOutcome]:
+    """Run `playbook` over `batch`, split by rack across `ex.nodes`; one outcome per share.
+    The hosts in `together` share one worker whatever the split (the control planes)."""
+    domain = dict(rack_of) if ex.split_by == "rack" else {h: h for h in batch}
+    domain.update({h: TOGETHER for h in together})
     split = shares.split(batch, domain, ex.nodes)
     by_name = {n.name: n for n in ex.nodes}
     load = {name: len(hosts) for name, hosts in split.items()}

@@ -209,7 +209,9 @@ def test_up_step_records_the_worker_and_fails_a_lost_share_with_the_reason(tmp_p
     ctx = Context(loaded, {}, journal, threading.Event(), plans, for_site(loaded),
                   project_dir=render.render(loaded, tmp_path / "ansible").out)
     Playbook(ctx, "ping.yml", "configure", Phase.OS_READY, Phase.CONFIGURED, 5,
-             idempotent=False)(hosts)
+             idempotent=False)(["dgx01", "cp01"])
+    # the control planes go first, in a share of their own (kubeadm init before any join)
+    assert [e.hostname for e in store.events() if e.kind == "execution"] == ["cp01", "dgx01"]
     for h in hosts:
         node = store.node(h)
         assert node.phase is Phase.FAILED and node.reason is not None

@@ -12,6 +12,7 @@ from typing import Any
 from provisioner import render as render_mod
 from provisioner import runner as runner_mod
 from provisioner.execution import dispatch
+from provisioner.inventory.models import Role
 from provisioner.lifecycle import Phase
 from provisioner.workflows.engine import Progress
 from provisioner.workflows.steps import Context
@@ -100,11 +101,18 @@ class Playbook:
             if a.lost is not None:
                 journal.note(None, self.step, "execution_lost", a.lost)
 
-        outcomes = dispatch.run_batch(
-            ctx.loaded.site.provisioning.execution,
-            {h: p.placement.rack for h, p in ctx.plans.items()}, proj, self.playbook, batch,
-            idempotent=self.idempotent, forks=self.forks, on_event=on_task,
-            cancel=ctx.abort.is_set, record=record)
+        # The control planes first, in one share: kubeadm init before any join, one
+        # certificate upload for the control-plane joins; then the rest, split as usual.
+        cps = [h for h in batch if Role.CONTROL_PLANE in ctx.plans[h].roles]
+        rest = [h for h in batch if h not in cps]
+        outcomes: list[dispatch.ShareOutcome] = []
+        for group in (cps, rest):
+            if group:
+                outcomes += dispatch.run_batch(
+                    ctx.loaded.site.provisioning.execution,
+                    {h: p.placement.rack for h, p in ctx.plans.items()}, proj, self.playbook,
+                    group, idempotent=self.idempotent, forks=self.forks, on_event=on_task,
+                    cancel=ctx.abort.is_set, record=record, together=cps)
         for out in outcomes:
             final = out.final
             if final.result is not None:
