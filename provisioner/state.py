@@ -31,59 +31,11 @@ from provisioner import state_backup
 from provisioner.errors import StateError
 from provisioner.lifecycle import LIFECYCLE, Phase, allowed, next_phase
 from provisioner.state_backup import KEEP_BACKUPS, Backup, backup_dir, backups
+from provisioner.state_schema import MIGRATIONS, SCHEMA_VERSION
 from provisioner.statedir import ensure_parent
 
 __all__ = ["KEEP_BACKUPS", "LIFECYCLE", "SCHEMA_VERSION", "Backup", "Event", "NodeState",
            "Phase", "StateStore", "backup_dir", "backups", "next_phase"]
-
-
-
-SCHEMA_VERSION = 2
-MIGRATIONS: dict[int, str] = {
-    1: """
-    CREATE TABLE nodes (
-        hostname     TEXT PRIMARY KEY,
-        phase        TEXT NOT NULL,
-        failed_phase TEXT,
-        reason       TEXT,
-        updated_at   REAL NOT NULL
-    );
-    CREATE TABLE runs (
-        id          INTEGER PRIMARY KEY AUTOINCREMENT,
-        command     TEXT NOT NULL,
-        started_at  REAL NOT NULL,
-        ended_at    REAL,
-        status      TEXT NOT NULL DEFAULT 'running',
-        pid         INTEGER NOT NULL
-    );
-    CREATE TABLE events (
-        id          INTEGER PRIMARY KEY AUTOINCREMENT,
-        run_id      INTEGER REFERENCES runs(id),
-        at          REAL NOT NULL,
-        hostname    TEXT,
-        kind        TEXT NOT NULL,
-        from_phase  TEXT,
-        to_phase    TEXT,
-        detail      TEXT
-    );
-    CREATE INDEX events_host ON events(hostname, id);
-    CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
-        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
-    CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
-        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
-    """,
-    # The site lease (`lease`): one row while a changing run holds the site.
-    2: """
-    CREATE TABLE lease (
-        id           INTEGER PRIMARY KEY CHECK (id = 1),
-        command      TEXT NOT NULL,
-        host         TEXT NOT NULL,
-        pid          INTEGER NOT NULL,
-        started_at   REAL NOT NULL,
-        heartbeat_at REAL NOT NULL
-    );
-    """,
-}
 
 
 def _pid_alive(pid: int) -> bool:
