@@ -31,7 +31,7 @@ from provisioner import state_backup
 from provisioner.errors import StateError
 from provisioner.lifecycle import LIFECYCLE, Phase, allowed, next_phase
 from provisioner.state_backup import KEEP_BACKUPS, Backup, backup_dir, backups
-from provisioner.state_schema import MIGRATIONS, SCHEMA_VERSION
+from provisioner.state_schema import MIGRATIONS, SCHEMA_VERSION, statements
 from provisioner.statedir import ensure_parent
 
 __all__ = ["KEEP_BACKUPS", "LIFECYCLE", "SCHEMA_VERSION", "Backup", "Event", "NodeState",
@@ -111,14 +111,25 @@ class StateStore:
             db.execute("COMMIT")
 
     def _migrate(self, db: sqlite3.Connection) -> None:
-        current = db.execute("PRAGMA user_version").fetchone()[0]
-        if current > SCHEMA_VERSION:
-            raise StateError(f"state store {self.path} has schema {current}, newer than this "
-                             f"tool's {SCHEMA_VERSION}", hint="upgrade provisioner")
-        for version in range(current + 1, SCHEMA_VERSION + 1):
-            # One script, one transaction: a crash leaves the old schema or the new one.
-            db.executescript(f"BEGIN IMMEDIATE;\n{MIGRATIONS[version]}\n"
-                             f"PRAGMA user_version = {version};\nCOMMIT;")
+        if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+            return
+        # The version is read again under the write lock: two processes opening a new store
+        # at once (a run and a `status`) must not both create its tables. One transaction:
+        # a crash leaves the old schema or the new one.
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            current = db.execute("PRAGMA user_version").fetchone()[0]
+            if current > SCHEMA_VERSION:
+                raise StateError(f"state store {self.path} has schema {current}, newer than "
+                                 f"this tool's {SCHEMA_VERSION}", hint="upgrade provisioner")
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in statements(MIGRATIONS[version]):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {version}")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     @property
     def schema_version(self) -> int:

@@ -3,6 +3,9 @@ order and records the version in PRAGMA user_version)."""
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+
 SCHEMA_VERSION = 2
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -49,3 +52,16 @@ MIGRATIONS: dict[int, str] = {
     );
     """,
 }
+
+
+def statements(script: str) -> Iterator[str]:
+    """A migration's statements one by one (a trigger's body holds semicolons), so that they
+    run inside the caller's transaction: executescript() would commit it first."""
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            yield buf
+            buf = ""
+    if buf.strip():
+        raise ValueError(f"incomplete SQL statement at the end of a migration: {buf!r}")

@@ -35,6 +35,23 @@ def test_file_is_private_and_schema_versioned(store):
     assert StateStore(store.path).schema_version == SCHEMA_VERSION
 
 
+def test_processes_opening_a_new_store_at_once_create_it_once(tmp_path):
+    """A run and a `status` (or a test polling the store) opening a store that does not
+    exist yet: the schema is created once, and neither fails (CI saw 'table nodes already
+    exists' when the version was read outside the write lock)."""
+    code = ("import sys; from provisioner.state import StateStore; "
+            "StateStore(__import__('pathlib').Path(sys.argv[1])); print('ok')")
+    for i in range(6):
+        path = tmp_path / f"s{i}" / "state.db"
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(path)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(6)]
+        results = [p.communicate(timeout=120) for p in procs]
+        assert [(p.returncode, out.strip()) for p, (out, _) in zip(procs, results, strict=True)
+                ] == [(0, "ok")] * 6, [err for _, err in results]
+        assert StateStore(path).schema_version == SCHEMA_VERSION
+
+
 def test_refuses_a_newer_schema(store):
     db = sqlite3.connect(store.path)
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
