@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.lifecycle import LIFECYCLE, Phase
+from provisioner.state import StateStore
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLE = ROOT / "inventories" / "example"
@@ -74,3 +77,12 @@ def add_provisioning(site_yaml: Path, block: str) -> None:
     else:
         text += "\n" + block.lstrip("\n")
     site_yaml.write_text(text)
+
+
+def moved_to(store: StateStore, hosts: list[str], phase: Phase) -> None:
+    """`hosts` enrolled in `store` and moved along the lifecycle up to `phase` (what a run
+    that got that far leaves), for tests that start from there."""
+    store.enroll(hosts)
+    for h in hosts:
+        for p in LIFECYCLE[1:LIFECYCLE.index(phase) + 1]:
+            store.transition(h, p)

@@ -62,3 +62,28 @@ def provision(*args: str, env: dict[str, str] | None = None, timeout: float = 30
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
+
+
+def control_planes_upgraded(site: Path, bundle: str) -> list[str]:
+    """The site's servers recorded ready (the nodes were brought up earlier: test_up shows
+    that run) and its control planes recorded on `bundle`, as an upgrade run that stopped
+    after them leaves them; the servers' names."""
+    from provisioner.inventory import load
+    from provisioner.inventory.bundle_models import load_bundle
+    from provisioner.inventory.models import Role
+    from provisioner.inventory.topology import servers
+    from provisioner.lifecycle import Phase
+    from provisioner.profile import for_site
+    from provisioner.state import StateStore
+    from tests.conftest import moved_to
+
+    loaded = load(site)
+    plans = servers(loaded)
+    hosts = [p.hostname for p in plans]
+    store = StateStore(for_site(loaded).state_path)
+    moved_to(store, hosts, Phase.READY)
+    versions = load_bundle(site, bundle).bundle.components()
+    for p in plans:
+        if Role.CONTROL_PLANE in p.roles:
+            store.record(p.hostname, "upgraded", {"bundle": bundle, "versions": versions})
+    return hosts

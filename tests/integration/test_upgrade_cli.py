@@ -23,16 +23,15 @@ import pytest
 
 from provisioner.errors import KubeError
 from provisioner.inventory import load
-from provisioner.inventory.bundle_models import load_bundle
-from provisioner.inventory.topology import servers
 from provisioner.kube.official import OfficialClient
 from provisioner.kube.standin import StandInApiServer, world
-from provisioner.lifecycle import LIFECYCLE, Phase
+from provisioner.lifecycle import Phase
 from provisioner.profile import for_site
 from provisioner.secrets import write_private
 from provisioner.state import StateStore
 from provisioner.upgrade import apply as apply_mod
 from tests.conftest import EXAMPLE, ROOT
+from tests.integration.conftest import control_planes_upgraded
 from tests.unit.test_upgrade_apply import Recorder
 
 pytestmark = pytest.mark.integration
@@ -59,16 +58,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Path, StandInApiServer, Path]]:
     API server that wants TOKEN, where a PodDisruptionBudget holds dgx01's one pod."""
     site = tmp_path / "site"
     shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
-    loaded = load(site)
-    hosts = [p.hostname for p in servers(loaded)]
-    store = StateStore(for_site(loaded).state_path)
-    store.enroll(hosts)
-    for h in hosts:
-        for phase in LIFECYCLE[1:]:
-            store.transition(h, phase)
-    versions = load_bundle(site, "2026.11").bundle.components()
-    for h in CONTROL_PLANES:
-        store.record(h, "upgraded", {"bundle": "2026.11", "versions": versions})
+    hosts = control_planes_upgraded(site, "2026.11")
     w = world(hosts)
     w["pods"] = [{"namespace": "train", "name": "job-1", "node": "dgx01", "owner": "Job",
                   "labels": {"app": "train"}}]

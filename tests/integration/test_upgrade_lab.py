@@ -24,35 +24,27 @@ import pytest
 
 from provisioner.inventory import load
 from provisioner.inventory.bundle_models import load_bundle
-from provisioner.inventory.topology import servers
 from provisioner.kube.standin import StandInApiServer, world
-from provisioner.lifecycle import LIFECYCLE
 from provisioner.profile import for_site
 from provisioner.state import StateStore
 from tests.conftest import EXAMPLE, requires_ssh_hosts
-from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
+from tests.integration.conftest import (
+    control_planes_upgraded,
+    provision,
+    requires_ipmi_sim,
+    ssh_lab,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, requires_ipmi_sim,
               requires_ssh_hosts]
 BAD = "dgx02"
-CONTROL_PLANES = ("cp01", "cp02", "cp03")
 WORKERS = {"dgx01", "dgx02", "stor01"}
 
 
 @pytest.fixture(scope="module")
 def upgrade_lab(tmp_path_factory: Any) -> Iterator[tuple[Path, StandInApiServer, Path]]:
     with ssh_lab(tmp_path_factory, EXAMPLE, "upgrade") as (site, state):
-        loaded = load(site)
-        hosts = [p.hostname for p in servers(loaded)]
-        # The nodes were brought up earlier (test_up shows that run): recorded ready.
-        store = StateStore(for_site(loaded).state_path)
-        store.enroll(hosts)
-        for h in hosts:
-            for phase in LIFECYCLE[1:]:
-                store.transition(h, phase)
-        versions = load_bundle(site, "2026.11").bundle.components()
-        for h in CONTROL_PLANES:
-            store.record(h, "upgraded", {"bundle": "2026.11", "versions": versions})
+        hosts = control_planes_upgraded(site, "2026.11")
         w = world(hosts, kubelet="v1.31.4")
         w["nodes"][BAD]["ready"] = False  # its kubelet does not come back: the gate fails
         w["pods"] = [

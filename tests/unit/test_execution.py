@@ -18,7 +18,7 @@ from provisioner.errors import InventoryError
 from provisioner.execution import dispatch, doctor, shares, stream
 from provisioner.inventory import load
 from provisioner.inventory.execution_models import Execution, ExecutionNode
-from tests.conftest import EXAMPLE, FIXTURES, add_provisioning
+from tests.conftest import EXAMPLE, FIXTURES, add_provisioning, moved_to
 
 VALID = (FIXTURES / "valid_small.yaml").read_text()
 
@@ -200,10 +200,7 @@ def test_up_step_records_the_worker_and_fails_a_lost_share_with_the_reason(tmp_p
     plans = {s.hostname: s for s in servers(loaded)}
     hosts = ["cp01", "dgx01"]
     store = StateStore(tmp_path / "state.db")
-    store.enroll(hosts)
-    for h in hosts:
-        for p in (Phase.INSPECTED, Phase.BOOTING, Phase.OS_READY):
-            store.transition(h, p)
+    moved_to(store, hosts, Phase.OS_READY)
     journal = Journal(store, store.start_run("test"), None)
     journal.load(hosts)
     ctx = Context(loaded, {}, journal, threading.Event(), plans, for_site(loaded),

@@ -18,16 +18,13 @@ from provisioner.workflows.engine import Journal
 from provisioner.workflows.steps import Context
 from provisioner.workflows.steps import join as join_step
 from provisioner.workflows.steps.ansible import Playbook
-from tests.conftest import EXAMPLE
+from tests.conftest import EXAMPLE, moved_to
 
 
 def _context(tmp_path: Path, hosts: list[str]) -> Context:
     loaded = load(EXAMPLE)
     store = StateStore(tmp_path / "state.db")
-    store.enroll(hosts)
-    for h in hosts:
-        for p in (Phase.INSPECTED, Phase.BOOTING, Phase.OS_READY):
-            store.transition(h, p)
+    moved_to(store, hosts, Phase.OS_READY)
     journal = Journal(store, store.start_run("test"), None)
     journal.load(hosts)
     return Context(loaded, {}, journal, threading.Event(),

@@ -19,7 +19,7 @@ from provisioner.state import StateStore
 from provisioner.workflows.engine import Journal
 from provisioner.workflows.steps import Context
 from provisioner.workflows.steps.ansible import Playbook
-from tests.conftest import EXAMPLE
+from tests.conftest import EXAMPLE, moved_to
 
 
 def test_first_ctrl_c_stops_the_second_aborts_the_third_raises(capsys):
@@ -54,10 +54,7 @@ def _context(tmp_path: Path, stop: threading.Event) -> tuple[Context, list[str]]
     plans = {s.hostname: s for s in servers(loaded)}
     hosts = sorted(plans)[:2]
     store = StateStore(tmp_path / "state.db")
-    store.enroll(hosts)
-    for h in hosts:
-        for p in (Phase.INSPECTED, Phase.BOOTING, Phase.OS_READY):
-            store.transition(h, p)
+    moved_to(store, hosts, Phase.OS_READY)
     journal = Journal(store, store.start_run("test"), None)
     journal.load(hosts)
     return Context(loaded, {}, journal, stop, plans, for_site(loaded)), hosts

@@ -15,15 +15,16 @@ from unittest import mock
 
 from provisioner.errors import StateError
 from provisioner.inventory import load
+from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import servers
 from provisioner.kube.official import OfficialClient
 from provisioner.kube.standin import StandInApiServer, world
-from provisioner.lifecycle import LIFECYCLE, Phase
-from provisioner.profile import for_site
+from provisioner.lifecycle import Phase
+from provisioner.profile import Profile, for_site
 from provisioner.state import StateStore
 from provisioner.upgrade import apply as apply_mod
 from provisioner.upgrade.host import Outcome
-from tests.conftest import EXAMPLE
+from tests.conftest import EXAMPLE, moved_to
 
 
 class Recorder:
@@ -42,17 +43,20 @@ class Recorder:
         return dict.fromkeys(batch)
 
 
-def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
+def _ready_site(tmp_path: Path) -> tuple[LoadedSite, Profile, list[str], StateStore]:
+    """A copy of the example site whose servers are all recorded ready."""
     site = tmp_path / "site"
     shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
     loaded = load(site)
     profile = for_site(loaded, lab=False)
     hosts = [p.hostname for p in servers(loaded)]
     store = StateStore(profile.state_path)
-    store.enroll(hosts)
-    for h in hosts:
-        for phase in LIFECYCLE[1:]:
-            store.transition(h, phase)
+    moved_to(store, hosts, Phase.READY)
+    return loaded, profile, hosts, store
+
+
+def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
+    loaded, profile, hosts, store = _ready_site(tmp_path)
     w = world(hosts)
     w["nodes"]["dgx02"]["ready"] = False
     srv = StandInApiServer(tmp_path / "world.json")
@@ -133,16 +137,7 @@ class SlowInstaller(Recorder):
 
 def test_the_lease_heartbeat_keeps_a_long_run_alive_for_other_machines(
         tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
-    loaded = load(site)
-    profile = for_site(loaded, lab=False)
-    hosts = [p.hostname for p in servers(loaded)]
-    store = StateStore(profile.state_path)
-    store.enroll(hosts)
-    for h in hosts:
-        for phase in LIFECYCLE[1:]:
-            store.transition(h, phase)
+    loaded, profile, hosts, store = _ready_site(tmp_path)
     srv = StandInApiServer(tmp_path / "world.json")
     srv.save(world(hosts))
     srv.start()

@@ -34,13 +34,14 @@ from hypothesis import strategies as st
 
 from provisioner.errors import KubeError
 from provisioner.kube import Eviction, NodeHealth, PodRef
-from provisioner.lifecycle import LIFECYCLE, Phase
+from provisioner.lifecycle import Phase
 from provisioner.state import StateStore
 from provisioner.upgrade import rolling
 from provisioner.upgrade.rolling import DrainOptions, Rolling, roll
 from provisioner.upgrade.schedule import Scheduler
 from provisioner.upgrade.steps import Clock
 from provisioner.workflows.engine import Journal
+from tests.conftest import moved_to
 
 FATES = ("ok", "ok", "ok", "slow_drain", "cordon", "drain_blocked", "install", "not_ready",
          "host_gate")
@@ -180,10 +181,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
 
 def ready_store(path: Path, hosts: list[str]) -> StateStore:
     store = StateStore(path)
-    store.enroll(hosts)
-    for h in hosts:
-        for phase in LIFECYCLE[1:]:
-            store.transition(h, phase)
+    moved_to(store, hosts, Phase.READY)
     return store
 
 
