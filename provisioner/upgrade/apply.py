@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner import bmc as bmc_mod
+from provisioner import leftovers
 from provisioner.errors import UpgradeRefused
 from provisioner.inventory.bundle_models import Bundle, from_software, load_bundle
 from provisioner.inventory.loader import LoadedSite
@@ -131,11 +132,7 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
     with store.lease(command, stale_after_s=opts.lease_stale_s,
                      heartbeat_s=opts.lease_heartbeat_s) as lease_notes, \
             store.exclusive():
-        notes = list(lease_notes)
-        killed = store.close_stale_runs()
-        if killed:
-            notes.append(f"earlier run(s) {', '.join(map(str, killed))} were killed; "
-                         "resuming from the recorded phases")
+        notes = list(lease_notes) + leftovers.after_killed_runs(store)
         run_id = store.start_run(command)
         journal = engine.Journal(store, run_id, progress)
         store.enroll(all_hosts, run_id=run_id)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner import bmc as bmc_mod
+from provisioner import leftovers
 from provisioner.bmc import BmcDriver, BmcTarget
 from provisioner.errors import ConfigError, InventoryError
 from provisioner.inventory import checks
@@ -221,11 +222,7 @@ def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
         f" --reinstall {opts.reinstall}" if opts.reinstall else "")
     t0 = time.monotonic()
     with store.exclusive():
-        notes: list[str] = []
-        killed = store.close_stale_runs()
-        if killed:
-            notes.append(f"earlier run(s) {', '.join(map(str, killed))} were killed; "
-                         "resuming from the recorded phases")
+        notes = leftovers.after_killed_runs(store)
         run_id = store.start_run(command)
         ctx = Context(loaded, os.environ if env is None else env,
                       engine.Journal(store, run_id, progress), stop or threading.Event(),

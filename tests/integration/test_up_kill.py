@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from provisioner import leftovers
 from provisioner.inventory import load
 from provisioner.state import StateStore
 from provisioner.workflows.up import state_path
@@ -72,6 +73,8 @@ def resume_and_check(site: Path, db: Path, label: str) -> None:
     for host in NODES:  # across both runs: every phase exactly once, in order
         assert [p for _, h, p in transitions(store) if h == host] == LIFECYCLE, (label, host)
     assert store.check_consistency() == []
+    # no playbook a killed run started is still running against the nodes
+    assert leftovers.orphaned_playbooks(db.parent) == [], label
 
 
 def test_kill_9_at_random_points_then_resume(small_lab):
