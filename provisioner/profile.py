@@ -14,8 +14,8 @@ lab host cannot do, by tag (one rule; `skipped_tasks` counts them for the output
 Package installs are not skipped: the lab serves a signed apt mirror (lab/mirror.py) that
 the roles install from for real. Their tag, needs_mirror (needs a package source: the
 site's mirror or the vendors' repositories), is skipped only where there is none (the
-roles' Molecule scenarios), and needs_init is skipped there too (a Molecule instance has
-no init).
+roles' Molecule scenarios), and needs_init is skipped there too (without a package
+source, containerd, which container_runtime restarts, is not installed).
 """
 
 from __future__ import annotations

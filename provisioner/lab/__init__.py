@@ -255,9 +255,7 @@ def _start_ssh_hosts(loaded: LoadedSite, lab: Path, state: LabState,
                      rootfs_cache: Path | None, timeout_s: float) -> None:
     plan, network, gateway = ssh_plan(loaded)
     rootfs = hosts_mod.ensure_rootfs(rootfs_cache)
-    info = mirror_mod.build(mirror_mod.wanted_for(loaded), lab / "mirror/repo",
-                            lab / "mirror/gnupg", (rootfs_cache or hosts_mod.default_cache())
-                            / "mirror", rootfs)
+    info = mirror_mod.build_lab(loaded, lab, rootfs_cache or hosts_mod.default_cache(), rootfs)
     state.ssh_tag = hashlib.sha1(str(lab).encode()).hexdigest()[:8]  # noqa: S324 - a name
     state.ssh_hosts = hosts_mod.up(plan, network, gateway, lab / "ssh", rootfs,
                                    state.ssh_tag, timeout_s)

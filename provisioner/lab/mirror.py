@@ -322,3 +322,10 @@ def wanted_for(loaded: LoadedSite) -> list[tuple[str, str]]:
         lists.append(render.artifacts(site_at(loaded, load_bundle(loaded.base_dir,
                                                                   name).bundle)))
     return wanted(*lists)
+
+
+def build_lab(loaded: LoadedSite, lab: Path, cache: Path, rootfs: Path) -> MirrorInfo:
+    """The lab's mirror (`lab up`, and again when `add` grows the site): everything the site
+    and its bundles install, in the lab's directory, signed with the lab's one key."""
+    return build(wanted_for(loaded), lab / "mirror/repo", lab / "mirror/gnupg",
+                 cache / "mirror", rootfs)

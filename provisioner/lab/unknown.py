@@ -132,9 +132,8 @@ def adopt(loaded: LoadedSite, hostname: str, address: str, port: int) -> Unknown
                                       max(used, default=-1) + 1)
             state.ssh_hosts.append(host)
     if state.mirror:  # the grown site may install what the lab's mirror lacks (a new block)
-        info = mirror_mod.build(mirror_mod.wanted_for(loaded), lab / "mirror/repo",
-                                lab / "mirror/gnupg", hosts_mod.default_cache() / "mirror",
-                                hosts_mod.ensure_rootfs())
+        info = mirror_mod.build_lab(loaded, lab, hosts_mod.default_cache(),
+                                    hosts_mod.ensure_rootfs())
         state.mirror |= {"real_debs": info.real_debs, "standin_debs": info.standin_debs}
         if state.mirror.get("wheelhouse"):  # the rebuilt root keeps serving the wheels
             wheelhouse.publish(Path(state.mirror["wheelhouse"]), info.root)

@@ -19,6 +19,7 @@ from provisioner import bmc as bmc_mod
 from provisioner import render as render_mod
 from provisioner import runner as runner_mod
 from provisioner.bmc import BmcDriver, BmcTarget, PowerAction
+from provisioner.bmc.retry import poll_until
 from provisioner.errors import ProvisionerError
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import ansible_host, servers
@@ -117,15 +118,11 @@ class AnsibleInstaller:
         if address is None:
             return None
         login = guard.login_for(self.loaded, self.profile)
-        deadline = time.monotonic() + self.os_timeout_s
-        while True:
-            if guard.check_installed(address, login).installed:
-                return None
-            left_s = deadline - time.monotonic()
-            if left_s <= 0:
-                return (f"no OS answered on {address} {self.os_timeout_s:g} s after the BMC "
-                        "power cycle")
-            time.sleep(min(OS_POLL_S, left_s))
+        if poll_until(lambda: guard.check_installed(address, login).installed, bool,
+                      time.monotonic() + self.os_timeout_s, interval_s=OS_POLL_S,
+                      max_interval_s=OS_POLL_S):
+            return None
+        return f"no OS answered on {address} {self.os_timeout_s:g} s after the BMC power cycle"
 
     def gate(self, batch: Sequence[str]) -> Outcome:
         out: Outcome = {h: None for h in batch}

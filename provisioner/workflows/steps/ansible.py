@@ -12,7 +12,6 @@ from typing import Any
 from provisioner import render as render_mod
 from provisioner import runner as runner_mod
 from provisioner.execution import dispatch
-from provisioner.inventory.models import Role
 from provisioner.lifecycle import Phase
 from provisioner.workflows.engine import Progress
 from provisioner.workflows.steps import Context
@@ -103,7 +102,7 @@ class Playbook:
 
         # The control planes first, in one share: kubeadm init before any join, one
         # certificate upload for the control-plane joins; then the rest, split as usual.
-        cps = [h for h in batch if Role.CONTROL_PLANE in ctx.plans[h].roles]
+        cps = [h for h in batch if ctx.plans[h].control_plane]
         rest = [h for h in batch if h not in cps]
         outcomes: list[dispatch.ShareOutcome] = []
         for group in (cps, rest):
