@@ -6,8 +6,10 @@ PID 1 of the host's own PID, mount, UTS, IPC and cgroup namespaces, chrooted int
 overlayfs of a shared Debian root filesystem (debootstrap, built once and cached), and
 starts the host's sshd as a unit (lab-sshd.service), so the roles' service tasks run for
 real. Whatever Ansible changes lands in the host's own `upper/` directory and nowhere
-else. Needs root, iproute2, util-linux (unshare), a cgroup-v1 name=systemd hierarchy and
-debootstrap.
+else. A reboot is real too: systemd's reboot() in a PID namespace ends only that namespace's
+init (killed by SIGHUP, reboot(2)); the host's launcher then boots it again on the same
+disk (`upper/`) with a fresh /run and a new boot id, as systemd-nspawn does. Needs root,
+iproute2, util-linux (unshare), a cgroup-v1 name=systemd hierarchy and debootstrap.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ ROOTFS_VERSION = "2"  # bump when the package list changes: the cache is rebuilt
 INSTALL_MARKER = "/etc/provisioner-installed"  # = workflows.steps.guard.MARKER
 # Units that cannot work in a namespace, or must not touch the real machine: consoles,
 # device management, the clock (chrony runs with -x below), networking (set from outside),
-# logind (needs a seat), Debian's own ssh unit (lab-sshd.service replaces it).
-MASKED_UNITS = ("systemd-logind.service", "getty@.service", "console-getty.service",
+# kernel modules and sysctls (the real machine's kernel), Debian's own ssh unit
+# (lab-sshd.service replaces it). logind runs: `shutdown -r`, which Ansible's reboot module
+# runs, goes through it as on Ubuntu.
+MASKED_UNITS = ("getty@.service", "console-getty.service",
                 "serial-getty@.service", "systemd-udevd.service",
                 "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
                 "systemd-udev-trigger.service", "systemd-timesyncd.service",
@@ -63,6 +67,9 @@ Restart=on-failure
 WantedBy=multi-user.target
 """
 # chronyd must never set the real machine's clock: -x leaves it alone (chronyd(8)).
+# How the launcher sees an init that called reboot(RESTART) in its PID namespace: killed by
+# SIGHUP (reboot(2)), which unshare passes on, so the shell reads 128 + 1.
+REBOOT_STATUS = 128 + signal.SIGHUP
 CHRONY_DROPIN = "[Service]\nExecStart=\nExecStart=!/usr/sbin/chronyd $DAEMON_OPTS -x\n"
 
 
@@ -193,7 +200,13 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
     (d / "upper/etc/hostname").write_text(name + "\n")
     # What an installer writes and debootstrap does not; the install marker too, which the
     # autoinstall late-commands write (render/pxe.py) and `up` reads (workflows/steps/guard).
-    (d / "upper/etc/hosts").write_text("127.0.0.1 localhost\n::1 localhost ip6-localhost\n")
+    # Without its own name in /etc/hosts, every fact gathering's getfqdn() asked DNS first.
+    (d / "upper/etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n"
+                                       "::1 localhost ip6-localhost\n")
+    # debootstrap copied the real machine's resolver, unreachable from the lab's networks
+    # (a 10 s timeout per lookup); the lab has no DNS server
+    (d / "upper/etc/resolv.conf").write_text("# provisioner lab: no DNS server on its "
+                                             "networks\n")
     (d / "upper" / INSTALL_MARKER.lstrip("/")).write_text(name + "\n")
     for p, data in (files or {}).items():
         target = d / "upper" / p.lstrip("/")
@@ -219,6 +232,9 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
              f"mount -t overlay overlay -o lowerdir={rootfs},upperdir={d / 'upper'},"
              f"workdir={d / 'work'} {m} && "
              f"mount -t proc proc {m}/proc && "
+             # a boot id of this boot (what `reboot` waits on to change), as nspawn does
+             f"cat /proc/sys/kernel/random/uuid > {d / 'boot_id'} && "
+             f"mount --bind -o ro {d / 'boot_id'} {m}/proc/sys/kernel/random/boot_id && "
              f"mount -t sysfs -o ro sysfs {m}/sys && "
              f"mount -t tmpfs -o mode=755 tmpfs {m}/sys/fs/cgroup && "
              f"mkdir {m}/sys/fs/cgroup/systemd && "
@@ -228,9 +244,13 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
              "exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin container=provisioner-lab "
              f"chroot {m} /lib/systemd/systemd --system --log-target=console")
     cgroup = orphans.cgroup_of(netns)
+    # The launcher is the host's hardware: an init killed by SIGHUP asked for a reboot
+    # (exit 129), so the host boots again; any other end (poweroff, a kill) stops it.
     outer = (f"mkdir -p {cgroup} && echo $$ > {cgroup}/cgroup.procs && "
-             f"exec ip netns exec {netns} unshare --fork --pid --mount --uts --ipc --cgroup "
-             f"--propagation private --kill-child sh -c {shlex.quote(inner)}")
+             f"while :; do ip netns exec {netns} unshare --fork --pid --mount --uts --ipc "
+             f"--cgroup --propagation private --kill-child sh -c {shlex.quote(inner)}; "
+             f"rc=$?; [ $rc -eq {REBOOT_STATUS} ] || exit $rc; "
+             f"echo \"lab host {name}: reboot\"; done")
     log = open(d / "host.log", "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
         proc = subprocess.Popen(["sh", "-c", outer],
@@ -291,13 +311,20 @@ def down(hosts: Sequence[SshHost], tag: str) -> None:
 
 def _stop_host(h: SshHost) -> None:
     """Kill the host's processes (and its sessions), delete its namespace and veth."""
-    pids = {h.pid} if start_ticks(h.pid) == h.start_ticks else set()
-    # sshd session children (Ansible's ControlPersist) keep the namespace alive
-    listed = _run(["ip", "netns", "pids", h.netns], check=False).stdout.split()
-    pids |= {int(p) for p in listed if p.isdigit()}
-    for pid in pids:
+    # The launcher first, so that it boots nothing again; then whatever runs in the host's
+    # namespace or its cgroup (a boot the launcher had just begun is in the cgroup only).
+    if start_ticks(h.pid) == h.start_ticks:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+            os.kill(h.pid, signal.SIGKILL)
+    for _ in range(50):
+        listed = _run(["ip", "netns", "pids", h.netns], check=False).stdout.split()
+        pids = {int(p) for p in listed if p.isdigit()} | orphans.cgroup_pids(h.netns)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(h.pid, os.WNOHANG)
     _run(["ip", "netns", "del", h.netns], check=False)

@@ -29,6 +29,16 @@ def cgroup_of(netns: str) -> Path:
     return SYSTEMD_CGROUP / f"pvlab-{netns}"
 
 
+def cgroup_pids(netns: str) -> set[int]:
+    """The processes in a host's cgroup sub-tree (the tree only the lab creates)."""
+    top = cgroup_of(netns)
+    found: set[int] = set()
+    for procs in top.rglob("cgroup.procs") if top.is_dir() else ():
+        with contextlib.suppress(OSError):
+            found |= {int(p) for p in procs.read_text().split() if p.isdigit()}
+    return found
+
+
 def remove_cgroup(netns: str) -> None:
     """A host's cgroup sub-tree, deepest first (a cgroup goes once its processes have)."""
     top = cgroup_of(netns)
@@ -62,7 +72,8 @@ def _namespaces() -> dict[str, bool]:
     for line in _ip(["netns", "list"]).splitlines():
         name = line.split()[0] if line.split() else ""
         if NETNS_RE.match(name):
-            found[name] = bool(_ip(["netns", "pids", name]).split())
+            # a host's launcher (in its cgroup) holds it while the host reboots
+            found[name] = bool(_ip(["netns", "pids", name]).split()) or bool(cgroup_pids(name))
     return found
 
 

@@ -1,5 +1,6 @@
 """A lab host boots a real init: systemd is PID 1 of its own PID namespace, sshd is one of
-its units, and `down` ends every process of the host and its cgroup sub-tree.
+its units, `shutdown -r` (what Ansible's reboot module runs) reboots it on the same disk,
+and `down` ends every process of the host and its cgroup sub-tree.
 
 One host on 10.250.<n>.0/24 under a random tag (no running lab uses it), the real
 debootstrap'd root (lab/hosts.py), real ssh into it.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import subprocess
+import time
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
@@ -40,9 +42,9 @@ def test_a_lab_host_runs_systemd_and_down_ends_all_of_it(tmp_path):
         state = on_host(host, key, "systemctl is-system-running --wait")
         assert state == "running", on_host(host, key, "systemctl --failed --no-legend")
         active = on_host(host, key, "systemctl is-active lab-sshd chrony dbus "
-                                    "systemd-journald").split()
-        assert active == ["active"] * 4
-        assert on_host(host, key, "systemctl is-enabled systemd-logind") == "masked"
+                                    "systemd-journald systemd-logind").split()
+        assert active == ["active"] * 5
+        assert_reboots(host, key)
         assert orphans.cgroup_of(host.netns).is_dir()
         listed = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True,
                                 text=True, check=True).stdout.split()
@@ -54,3 +56,29 @@ def test_a_lab_host_runs_systemd_and_down_ends_all_of_it(tmp_path):
     assert not orphans.cgroup_of(host.netns).exists()
     spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert host.netns not in spaces
+
+
+def boot_id(host: hosts.SshHost, key: Path) -> str:
+    return on_host(host, key, "cat /proc/sys/kernel/random/boot_id")
+
+
+def assert_reboots(host: hosts.SshHost, key: Path) -> None:
+    """Ansible's reboot module: `shutdown -r 0`, then a new boot id and `whoami` answering."""
+    before = boot_id(host, key)
+    kernel = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert before and before != kernel  # the host's own, not the real machine's
+    on_host(host, key, "echo kept > /root/disk && echo gone > /run/volatile && "
+                       "shutdown -r 0 'lab reboot test'")
+    after = ""
+    for _ in range(600):  # until it answers again (no time limit asserted)
+        after = boot_id(host, key)
+        if after and after != before:
+            break
+        time.sleep(0.1)
+    assert after and after != before
+    assert hosts.start_ticks(host.pid) == host.start_ticks  # the same launcher booted it
+    assert Path("/proc/sys/kernel/random/boot_id").read_text().strip() == kernel
+    assert on_host(host, key, "cat /root/disk; cat /run/volatile 2>&1") == (
+        "kept\ncat: /run/volatile: No such file or directory")
+    assert on_host(host, key, "systemctl is-system-running --wait") == "running"
+    assert "lab host init1: reboot" in (Path(host.upper).parent / "host.log").read_text()
