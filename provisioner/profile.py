@@ -7,7 +7,10 @@ lab host cannot do, by tag (one rule; `skipped_tasks` counts them for the output
 
 - needs_gpu      reads or drives a GPU (nvidia-smi, DCGM, fabric manager on NVSwitch)
 - needs_cluster  needs a Kubernetes API server (kubeadm init/join, kubectl, helm)
-- needs_kernel   loads kernel modules, applies sysctls, rebuilds the initramfs, reboots
+- needs_nic      drives an RDMA NIC (openibd, mlnx_qos, the RoCE QoS on its devices)
+- needs_kernel   changes the machine's one kernel (module loads, sysctls, swap) or needs a
+                 kernel of the host's own (the initramfs); reboots are not skipped: a lab
+                 host reboots for real (lab/hosts.py)
 - needs_init     starts or restarts a systemd service: run in the lab, whose hosts boot
                  systemd as PID 1 (lab/hosts.py); skipped only where a host has no init
 
@@ -30,7 +33,7 @@ import yaml
 from provisioner import statedir
 from provisioner.inventory.loader import LoadedSite
 
-LAB_SKIP_TAGS: tuple[str, ...] = ("needs_gpu", "needs_cluster", "needs_kernel")
+LAB_SKIP_TAGS: tuple[str, ...] = ("needs_gpu", "needs_cluster", "needs_nic", "needs_kernel")
 LAB_OS_TIMEOUT_S = 60.0  # a lab host's sshd is up in seconds; a real install takes longer
 
 

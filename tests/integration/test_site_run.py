@@ -124,6 +124,12 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     assert "Install the driver packages (Ubuntu)" in {e.task for e in first.real_changes}
     assert first.simulated == []
     assert "Write the host name for every boot" in ran
+    # the new driver's reboot is real: each GPU host's init ended and its launcher booted
+    # it again (lab/hosts.py); hosts without a driver did not reboot
+    rebooted = {e.host for e in first.real_changes if e.task == "Reboot for the new driver"}
+    assert rebooted == {"dgx01", "dgx02"}
+    assert {h.name for h in state.ssh_hosts
+            if ": reboot\n" in (Path(h.upper).parent / "host.log").read_text()} == rebooted
     real = {e.task for e in first.real_changes}
     assert {"Write the RoCE QoS settings", "Configure containerd (systemd cgroups, NVIDIA "
             "runtime on GPU nodes)", "Kernel parameters for GPU and RDMA hosts"} <= real

@@ -63,6 +63,7 @@ def upgrade_lab(tmp_path_factory: Any) -> Iterator[tuple[Path, StandInApiServer,
         provision("run", str(site), "--lab", "--limit", "dgx01", timeout=1800, check=True)
         before = installed(dgx01)
         assert before["nvidia-driver-570-open"].startswith("570.124.06-"), before
+        assert reboots(dgx01) == 1  # the role's handler rebooted it for the new driver
         assert before["datacenter-gpu-manager-4-core"] == "1:4.5.1-1", before
         try:
             yield site, srv, dgx01
@@ -86,8 +87,14 @@ def installed(upper: Path) -> dict[str, str]:
         r"^Package: (?P<p>\S+)\n(?:(?!\n\n).)*?^Version: (?P<v>\S+)", text, re.M | re.S)}
 
 
+def reboots(upper: Path) -> int:
+    """How often the lab host rebooted for real (its launcher logs each boot after one)."""
+    return (upper.parent / "host.log").read_text().count(": reboot\n")
+
+
 def test_upgrade_apply_one_node_fails_its_gate_then_a_rerun_completes(upgrade_lab):
     site, srv, dgx01 = upgrade_lab
+    booted = reboots(dgx01)
     plan = json.loads(provision("upgrade", "plan", str(site), "--to", "2026.11",
                                 "--batch", "100%", "--max-unavailable", "3", "--json",
                                 check=True).stdout)
@@ -121,6 +128,9 @@ def test_upgrade_apply_one_node_fails_its_gate_then_a_rerun_completes(upgrade_la
     assert now["libnvidia-compute-570"] == now["nvidia-driver-570-open"]
     assert now["nvidia-fabricmanager-570"].startswith(bundle.nvidia_driver.version + "-")
     assert now["datacenter-gpu-manager-4-core"] == f"1:{bundle.dcgm}-1"
+    # a new driver: rebooted for real through the OS, once (the roles leave it to the step)
+    assert reboots(dgx01) == booted + 1
+    assert reboots(dgx01.parent.parent / "stor01" / "upper") == 0  # no driver, no reboot
 
     w["nodes"][BAD]["ready"] = True  # fixed
     srv.save(w)

@@ -24,7 +24,7 @@ def test_the_lab_profile_skips_by_tag_and_the_real_one_skips_nothing(tmp_path):
     lab = profile.for_site(loaded, lab=True)
     assert lab.lab and lab.state_path.parent.name == "lab"
     # package installs run in the lab, from its signed mirror (lab/mirror.py)
-    assert set(lab.skip_tags) == {"needs_gpu", "needs_cluster", "needs_kernel"}
+    assert set(lab.skip_tags) == {"needs_gpu", "needs_cluster", "needs_nic", "needs_kernel"}
     lab_cfg = (render.render(loaded, tmp_path / "lab", lab=True).out
                / "project" / "ansible.cfg").read_text()
     assert "[tags]\n" in lab_cfg and "skip = needs_gpu,needs_cluster" in lab_cfg
