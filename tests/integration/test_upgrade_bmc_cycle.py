@@ -3,12 +3,17 @@ node (nothing answers SSH at its address), so the installer power cycles it thro
 BMC, a real sushy-tools Redfish emulator, then waits for the OS (which still does not
 answer: the node fails with that reason). The emulator's own change notifications (its
 fake driver PUTs the system to EXTERNAL_NOTIFICATION_URL on every change) show the reset
-reached it; the run's event log records both steps. No lab: the emulator and a closed
-SSH port on 127.0.0.1, started here."""
+reached it; the run's event log records both steps. The emulator and a closed SSH port on
+127.0.0.1, started here.
+
+The second test has the node's OS come back after the cycle: a lab host (systemd, sshd)
+booted at the node's address once the emulator reports the reset, as the node's hardware
+would; the node then passes the reboot step."""
 
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import subprocess
 import sys
@@ -16,17 +21,20 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from provisioner.inventory import load
+from provisioner.lab import hosts
 from provisioner.lab.emulators import write_sushy_config
 from provisioner.profile import for_site
 from provisioner.state import StateStore
 from provisioner.upgrade import apply as apply_mod
 from provisioner.workflows.engine import Journal
+from tests.conftest import requires_ssh_hosts
 
 pytestmark = pytest.mark.integration
 SYSTEM = "0b1c2d3e-0000-4000-8000-000000000042"
@@ -89,20 +97,19 @@ def bmc(tmp_path: Path) -> Iterator[tuple[int, list[dict[str, Any]]]]:
         rx.server_close()
 
 
-def test_os_not_back_after_reboot_power_cycles_through_the_bmc(bmc: Any,
-                                                               tmp_path: Path) -> None:
-    port, seen = bmc
+def write_site(tmp_path: Path, port: int, ssh: str, cidr: str, address: str) -> Path:
+    """A one-node site: gpu01 at `address`, its BMC the emulator on `port`."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "site.yaml").write_text(f"""\
 site:
   name: bmccycle
-  ssh: {{port: {free_port()}, authorized_keys: ['{KEY}']}}
+  ssh: {ssh}
 provisioning: {{os_timeout_s: 1}}
 credentials:
   bmc: {{username: admin, password: {{env: CYCLE_BMC_PW}}}}
 networks:
-  - {{name: mgmt, kind: management, cidr: 127.0.0.0/8}}
+  - {{name: mgmt, kind: management, cidr: {cidr}}}
 racks:
   - {{name: r01, feeds: [{{name: A, phase: single, voltage_v: 230, breaker_a: 16}}],
      cooling_kw: 10}}
@@ -112,25 +119,41 @@ placements:
     block: vgpu-1u
     nodes:
       - hostname: gpu01
-        addresses: {{mgmt: 127.0.0.1}}
+        addresses: {{mgmt: {address}}}
         bmc: {{protocol: redfish, address: 127.0.0.1, port: {port}, scheme: http,
                credentials: bmc, system_id: {SYSTEM}}}
 """)
+    return site
+
+
+def installer(site: Path, *, lab: bool) -> tuple[Any, StateStore]:
     loaded = load(site)
-    profile = for_site(loaded, lab=False)
+    profile = for_site(loaded, lab=lab)
     store = StateStore(profile.state_path)
     store.enroll(["gpu01"])
     journal = Journal(store, store.start_run("upgrade apply (test)"), None)
-    inst = apply_mod.ansible_installer(loaded, profile, {"CYCLE_BMC_PW": PASSWORD}, "next",
-                                       journal)
+    return apply_mod.ansible_installer(loaded, profile, {"CYCLE_BMC_PW": PASSWORD}, "next",
+                                       journal), store
+
+
+def power_states(seen: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    return [(s["power_state"], (s.get("pending_power") or {}).get("power_state"))
+            for s in seen]
+
+
+def test_os_not_back_after_reboot_power_cycles_through_the_bmc(bmc: Any,
+                                                               tmp_path: Path) -> None:
+    port, seen = bmc
+    site = write_site(tmp_path, port, f"{{port: {free_port()}, authorized_keys: ['{KEY}']}}",
+                      "127.0.0.0/8", "127.0.0.1")
+    inst, store = installer(site, lab=False)
     out = inst.reboot(["gpu01"])
 
     # The OS still does not answer after the cycle: the node fails, saying so.
     assert "no OS answered on 127.0.0.1 1 s after the BMC power cycle" in (out["gpu01"] or "")
     # The reset reached the emulator: it went off at once with a restart pending, and
     # came back on (the driver waited for that before the OS wait began).
-    states = [(s["power_state"], (s.get("pending_power") or {}).get("power_state"))
-              for s in seen]
+    states = power_states(seen)
     assert ("Off", "ForceRestart") in states, states
     assert states[-1] == ("On", None), states
     notes = [e.detail["note"] for e in store.events() if e.kind == "note"]
@@ -140,3 +163,56 @@ placements:
     assert notes[0].endswith("; power cycle through the BMC")
     assert notes[1].startswith("power cycled through the BMC (redfish); power is on")
     assert PASSWORD not in json.dumps([e.detail for e in store.events()]) + str(out)
+
+
+@requires_ssh_hosts
+def test_the_os_comes_back_after_the_bmc_cycle(bmc: Any, tmp_path: Path) -> None:
+    """The node is off when the reboot step runs (nothing answers at its address: the
+    playbook fails); once the emulator reports the reset, its "hardware" boots: a lab host
+    (systemd, sshd, the install marker; lab/hosts.py) at the node's address. The installer
+    power cycles through the BMC, waits, finds the OS and the node passes the step."""
+    port, seen = bmc
+    third = secrets.randbelow(200) + 20
+    network = IPv4Network(f"10.250.{third}.0/24")
+    address, gateway = IPv4Address(f"10.250.{third}.5"), IPv4Address(f"10.250.{third}.1")
+    work, tag = tmp_path / "hosts", secrets.token_hex(4)
+    work.mkdir()
+    key = work / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    site = write_site(tmp_path, port, f"{{user: root, private_key_file: {key}, "
+                      f"authorized_keys: ['{KEY}']}}", str(network), str(address))
+    assert hosts.up([], network, gateway, work, hosts.ensure_rootfs(), tag) == []  # bridge
+    booted: list[hosts.SshHost] = []
+    stop = threading.Event()
+
+    def reset_done() -> bool:
+        states = power_states(seen)
+        reset = ("Off", "ForceRestart")
+        return reset in states and ("On", None) in states[states.index(reset):]
+
+    def hardware() -> None:
+        """Powers the node's OS on once the BMC's reset has reached the emulator."""
+        while not reset_done():
+            if stop.wait(0.1):
+                return
+        booted.append(hosts.add_host("gpu01", address, network, gateway, work,
+                                     hosts.ensure_rootfs(), tag, 0, timeout_s=60))
+
+    machine = threading.Thread(target=hardware, daemon=True)
+    machine.start()
+    try:
+        inst, store = installer(site, lab=True)
+        out = inst.reboot(["gpu01"])
+        assert booted, "the emulator never reported the node on after a reset"
+        assert out == {"gpu01": None}, out  # the OS came back: the step passed
+        states = power_states(seen)
+        assert ("Off", "ForceRestart") in states and states[-1] == ("On", None), states
+        notes = [e.detail["note"] for e in store.events() if e.kind == "note"]
+        assert len(notes) == 2, notes
+        assert notes[0].startswith("reboot through the OS failed (upgrade_reboot.yml: ")
+        assert notes[1].startswith("power cycled through the BMC (redfish); power is on")
+        assert PASSWORD not in json.dumps([e.detail for e in store.events()]) + str(out)
+    finally:
+        stop.set()
+        machine.join(60)
+        hosts.down(booted, tag)
