@@ -66,10 +66,10 @@ Restart=on-failure
 [Install]
 WantedBy=multi-user.target
 """
-# chronyd must never set the real machine's clock: -x leaves it alone (chronyd(8)).
 # How the launcher sees an init that called reboot(RESTART) in its PID namespace: killed by
 # SIGHUP (reboot(2)), which unshare passes on, so the shell reads 128 + 1.
 REBOOT_STATUS = 128 + signal.SIGHUP
+# chronyd must never set the real machine's clock: -x leaves it alone (chronyd(8)).
 CHRONY_DROPIN = "[Service]\nExecStart=\nExecStart=!/usr/sbin/chronyd $DAEMON_OPTS -x\n"
 
 
