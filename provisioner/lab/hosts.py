@@ -41,10 +41,13 @@ ROOTFS_VERSION = "2"  # bump when the package list changes: the cache is rebuilt
 INSTALL_MARKER = "/etc/provisioner-installed"  # = workflows.steps.guard.MARKER
 # Units that cannot work in a namespace, or must not touch the real machine: consoles,
 # device management, the clock (chrony runs with -x below), networking (set from outside),
-# kernel modules and sysctls (the real machine's kernel), Debian's own ssh unit
+# kernel modules, sysctls and binfmt_misc (the real machine's kernel: systemd-binfmt clears
+# every registered format when it stops, as at each reboot), Debian's own ssh unit
 # (lab-sshd.service replaces it). logind runs: `shutdown -r`, which Ansible's reboot module
-# runs, goes through it as on Ubuntu.
+# runs, goes through it as on Ubuntu; LOGIND_CONF keeps it off the real machine's consoles.
 MASKED_UNITS = ("getty@.service", "console-getty.service",
+                "systemd-binfmt.service", "proc-sys-fs-binfmt_misc.automount",
+                "proc-sys-fs-binfmt_misc.mount",
                 "serial-getty@.service", "systemd-udevd.service",
                 "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
                 "systemd-udev-trigger.service", "systemd-timesyncd.service",
@@ -69,6 +72,8 @@ WantedBy=multi-user.target
 # How the launcher sees an init that called reboot(RESTART) in its PID namespace: killed by
 # SIGHUP (reboot(2)), which unshare passes on, so the shell reads 128 + 1.
 REBOOT_STATUS = 128 + signal.SIGHUP
+# /dev is the real machine's: no virtual terminal is reserved or spawned (logind.conf(5))
+LOGIND_CONF = "[Login]\nNAutoVTs=0\nReserveVT=0\n"
 # chronyd must never set the real machine's clock: -x leaves it alone (chronyd(8)).
 CHRONY_DROPIN = "[Service]\nExecStart=\nExecStart=!/usr/sbin/chronyd $DAEMON_OPTS -x\n"
 
@@ -271,6 +276,8 @@ def _write_units(etc_systemd: Path) -> None:
     (wants / "lab-sshd.service").symlink_to("../lab-sshd.service")
     for unit in MASKED_UNITS:
         (etc_systemd / unit).symlink_to("/dev/null")
+    (etc_systemd / "logind.conf.d").mkdir()
+    (etc_systemd / "logind.conf.d/lab.conf").write_text(LOGIND_CONF)
     (etc_systemd / "chrony.service.d").mkdir()
     (etc_systemd / "chrony.service.d/lab.conf").write_text(CHRONY_DROPIN)
 

@@ -10,6 +10,7 @@ lab, or anything else on the machine, is never touched.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import subprocess
 import time
@@ -31,11 +32,12 @@ def cgroup_of(netns: str) -> Path:
 
 def cgroup_pids(netns: str) -> set[int]:
     """The processes in a host's cgroup sub-tree (the tree only the lab creates)."""
-    top = cgroup_of(netns)
     found: set[int] = set()
-    for procs in top.rglob("cgroup.procs") if top.is_dir() else ():
+    # os.walk skips what vanishes under it (systemd removes a stopped unit's cgroup)
+    for parent, _dirs, _files in os.walk(cgroup_of(netns)):
         with contextlib.suppress(OSError):
-            found |= {int(p) for p in procs.read_text().split() if p.isdigit()}
+            procs = Path(parent, "cgroup.procs").read_text()
+            found |= {int(p) for p in procs.split() if p.isdigit()}
     return found
 
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from provisioner import bmc as bmc_mod
 from provisioner import render as render_mod
@@ -31,9 +31,11 @@ Outcome = dict[str, str | None]  # host -> None (passed) or the reason it failed
 UPGRADE_PLAYBOOK = "site.yml"  # the roles, rendered at the bundle's versions
 REBOOT_PLAYBOOK = "upgrade_reboot.yml"
 GATE_PLAYBOOKS = ("verify.yml", "upgrade_gate.yml")
-# The roles' own reboot after a new driver is left to the reboot step (one reboot, with the
-# BMC power cycle behind it); the lab's real reboots showed it rebooting each node twice.
-UPGRADE_EXTRAVARS = {"nvidia_driver_reboot": False}
+# The roles reboot a node for its new driver mid-play (roles/nvidia_driver/handlers), as
+# their own checks after it (nvidia-smi at the pinned version, fabric manager, DCGM) need
+# the new module loaded; the reboot step then skips that node (the lab's real reboots
+# showed it rebooting twice), and power cycles it through the BMC if that reboot failed.
+ROLE_REBOOT_TASK = "Reboot for the new driver"
 BMC_CYCLE_TIMEOUT_S = 180.0  # the BMC reports the node on again within this
 OS_POLL_S = 5.0  # how often to try SSH while waiting for the OS after a power cycle
 
@@ -80,14 +82,24 @@ class AnsibleInstaller:
             self._project = render_mod.render(self.loaded, out, lab=self.profile.lab).out
         return self._project
 
-    def _run(self, playbook: str, batch: Sequence[str],
-             extravars: dict[str, Any] | None = None) -> runner_mod.RunResult:
+    def _run(self, playbook: str, batch: Sequence[str]) -> runner_mod.RunResult:
         return runner_mod.run_playbook(self.project(), playbook, limit=",".join(batch),
-                                       forks=self.forks, extravars=extravars)
+                                       forks=self.forks)
 
     def install(self, batch: Sequence[str], reboot: Sequence[str]) -> Outcome:
-        out = _per_host(self._run(UPGRADE_PLAYBOOK, batch, UPGRADE_EXTRAVARS), batch)
-        again = [h for h in reboot if out.get(h) is None]
+        """The roles at the bundle's versions, then a reboot for the nodes that need one
+        and did not get it from the roles."""
+        result = self._run(UPGRADE_PLAYBOOK, batch)
+        out = _per_host(result, batch)
+        done = {e.host for e in result.real_changes if e.task == ROLE_REBOOT_TASK}
+        stuck = [h for h in batch if any(e.host == h and e.task == ROLE_REBOOT_TASK
+                                         for e in result.failures)]
+        cycled = {h: self._cycle(h, out[h]) for h in stuck}
+        out.update({h: why for h, why in cycled.items() if why is not None})
+        back = [h for h, why in cycled.items() if why is None]
+        if back:  # the roles again, now on the new module (no reboot is due this time)
+            out.update(_per_host(self._run(UPGRADE_PLAYBOOK, back), back))
+        again = [h for h in reboot if out.get(h) is None and h not in done | set(stuck)]
         if again:
             out.update(self.reboot(again))
         return out
@@ -97,12 +109,15 @@ class AnsibleInstaller:
         did not reboot or come back is power cycled through its BMC."""
         out: Outcome = {}
         for h, why in _per_host(self._run(REBOOT_PLAYBOOK, hosts), hosts).items():
-            out[h] = why
-            if why is not None:
-                self.on_note(h, f"reboot through the OS failed ({why}); power cycle "
-                             "through the BMC")
-                out[h] = self._bmc_cycle(h)
+            out[h] = why if why is None else self._cycle(h, why)
         return out
+
+    def _cycle(self, host: str, why: str | None) -> str | None:
+        """A reboot through the OS failed: power cycle through the BMC and wait for the OS
+        (None when it answers, else the reason)."""
+        self.on_note(host, f"reboot through the OS failed ({why}); power cycle through the "
+                     "BMC")
+        return self._bmc_cycle(host)
 
     def _bmc_cycle(self, host: str) -> str | None:
         targets = bmc_mod.targets(self.loaded, self.env, host)
