@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
+from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,10 @@ def moved_to(store: StateStore, hosts: list[str], phase: Phase) -> None:
     for h in hosts:
         for p in LIFECYCLE[1:LIFECYCLE.index(phase) + 1]:
             store.transition(h, p)
+
+
+def scratch_lab_network() -> tuple[IPv4Network, IPv4Address, IPv4Address]:
+    """A random 10.250.<n>.0/24 no running lab uses: (network, gateway .1, host .5)."""
+    third = secrets.randbelow(200) + 20
+    return (IPv4Network(f"10.250.{third}.0/24"), IPv4Address(f"10.250.{third}.1"),
+            IPv4Address(f"10.250.{third}.5"))

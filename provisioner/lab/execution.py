@@ -13,9 +13,6 @@ as a real execution node holds its own key for the managed hosts.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import time
 from ipaddress import IPv4Address
@@ -145,13 +142,6 @@ def kill(started: list[hosts_mod.SshHost], name: str) -> list[int]:
     """Kill an execution node by PID: its sshd and every process in its namespace (the
     worker, ansible-playbook, its SSH connections). Fault tests and benches."""
     for h in started:
-        if h.name != name:
-            continue
-        pids = {h.pid} if hosts_mod.start_ticks(h.pid) == h.start_ticks else set()
-        listed = hosts_mod._run(["ip", "netns", "pids", h.netns], check=False).stdout.split()
-        pids |= {int(p) for p in listed if p.isdigit()}
-        for pid in sorted(pids):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return sorted(pids)
+        if h.name == name:
+            return hosts_mod.kill(h)
     raise ConfigError(f"lab: no execution node {name}")

@@ -316,22 +316,30 @@ def down(hosts: Sequence[SshHost], tag: str) -> None:
     _run(["ip", "link", "del", bridge_name(tag)], check=False)
 
 
-def _stop_host(h: SshHost) -> None:
-    """Kill the host's processes (and its sessions), delete its namespace and veth."""
-    # The launcher first, so that it boots nothing again; then whatever runs in the host's
-    # namespace or its cgroup (a boot the launcher had just begun is in the cgroup only).
+def kill(h: SshHost) -> list[int]:
+    """SIGKILL every process of the host; the pids signalled. The launcher first, so that
+    it boots nothing again; then whatever runs in the host's namespace or its cgroup (a boot
+    the launcher had just begun is in the cgroup only), until none is left."""
+    killed: set[int] = set()
     if start_ticks(h.pid) == h.start_ticks:
         with contextlib.suppress(ProcessLookupError):
             os.kill(h.pid, signal.SIGKILL)
+            killed.add(h.pid)
     for _ in range(50):
-        listed = _run(["ip", "netns", "pids", h.netns], check=False).stdout.split()
-        pids = {int(p) for p in listed if p.isdigit()} | orphans.cgroup_pids(h.netns)
+        pids = orphans.host_pids(h.netns)
         if not pids:
             break
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
         time.sleep(0.05)
+    return sorted(killed)
+
+
+def _stop_host(h: SshHost) -> None:
+    """Kill the host's processes (and its sessions), delete its namespace and veth."""
+    kill(h)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(h.pid, os.WNOHANG)
     _run(["ip", "netns", "del", h.netns], check=False)

@@ -41,6 +41,13 @@ def cgroup_pids(netns: str) -> set[int]:
     return found
 
 
+def host_pids(netns: str) -> set[int]:
+    """Every process of a lab host: those in its network namespace (sshd sessions, the
+    init and its units) and in its cgroup (its launcher, which holds it while it reboots)."""
+    listed = _ip(["netns", "pids", netns]).split()
+    return {int(p) for p in listed if p.isdigit()} | cgroup_pids(netns)
+
+
 def remove_cgroup(netns: str) -> None:
     """A host's cgroup sub-tree, deepest first (a cgroup goes once its processes have)."""
     top = cgroup_of(netns)
@@ -74,8 +81,7 @@ def _namespaces() -> dict[str, bool]:
     for line in _ip(["netns", "list"]).splitlines():
         name = line.split()[0] if line.split() else ""
         if NETNS_RE.match(name):
-            # a host's launcher (in its cgroup) holds it while the host reboots
-            found[name] = bool(_ip(["netns", "pids", name]).split()) or bool(cgroup_pids(name))
+            found[name] = bool(host_pids(name))
     return found
 
 

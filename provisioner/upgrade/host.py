@@ -99,7 +99,8 @@ class AnsibleInstaller:
         back = [h for h, why in cycled.items() if why is None]
         if back:  # the roles again, now on the new module (no reboot is due this time)
             out.update(_per_host(self._run(UPGRADE_PLAYBOOK, back), back))
-        again = [h for h in reboot if out.get(h) is None and h not in done | set(stuck)]
+        rebooted = done | set(stuck)
+        again = [h for h in reboot if out.get(h) is None and h not in rebooted]
         if again:
             out.update(self.reboot(again))
         return out

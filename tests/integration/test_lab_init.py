@@ -11,11 +11,10 @@ from __future__ import annotations
 import secrets
 import subprocess
 import time
-from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
 from provisioner.lab import hosts, orphans
-from tests.conftest import requires_root
+from tests.conftest import requires_root, scratch_lab_network
 
 pytestmark = requires_root
 
@@ -30,11 +29,9 @@ def on_host(host: hosts.SshHost, key: Path, command: str) -> str:
 
 def test_a_lab_host_runs_systemd_and_down_ends_all_of_it(tmp_path):
     tag = secrets.token_hex(4)
-    third = secrets.randbelow(200) + 20
-    network = IPv4Network(f"10.250.{third}.0/24")
-    [host] = hosts.up([("init1", IPv4Address(f"10.250.{third}.5"))], network,
-                      IPv4Address(f"10.250.{third}.1"), tmp_path, hosts.ensure_rootfs(), tag,
-                      timeout_s=60)
+    network, gateway, address = scratch_lab_network()
+    [host] = hosts.up([("init1", address)], network, gateway, tmp_path, hosts.ensure_rootfs(),
+                      tag, timeout_s=60)
     try:
         key = tmp_path / "id_ed25519"
         assert on_host(host, key, "cat /proc/1/comm") == "systemd"

@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from provisioner.profile import for_site
 from provisioner.state import StateStore
 from provisioner.upgrade import apply as apply_mod
 from provisioner.workflows.engine import Journal
-from tests.conftest import requires_ssh_hosts
+from tests.conftest import requires_ssh_hosts, scratch_lab_network
 
 pytestmark = pytest.mark.integration
 SYSTEM = "0b1c2d3e-0000-4000-8000-000000000042"
@@ -141,6 +140,17 @@ def power_states(seen: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
             for s in seen]
 
 
+def assert_cycle_noted(store: StateStore, out: dict[str, str | None]) -> None:
+    """Two notes on gpu01 (the OS reboot failed; the BMC power cycle), no password."""
+    notes = [e.detail["note"] for e in store.events() if e.kind == "note"]
+    assert len(notes) == 2 and all(e.hostname == "gpu01" for e in store.events()
+                                   if e.kind == "note"), notes
+    assert notes[0].startswith("reboot through the OS failed (upgrade_reboot.yml: ")
+    assert notes[0].endswith("; power cycle through the BMC")
+    assert notes[1].startswith("power cycled through the BMC (redfish); power is on")
+    assert PASSWORD not in json.dumps([e.detail for e in store.events()]) + str(out)
+
+
 def test_os_not_back_after_reboot_power_cycles_through_the_bmc(bmc: Any,
                                                                tmp_path: Path) -> None:
     port, seen = bmc
@@ -156,13 +166,7 @@ def test_os_not_back_after_reboot_power_cycles_through_the_bmc(bmc: Any,
     states = power_states(seen)
     assert ("Off", "ForceRestart") in states, states
     assert states[-1] == ("On", None), states
-    notes = [e.detail["note"] for e in store.events() if e.kind == "note"]
-    assert len(notes) == 2 and all(e.hostname == "gpu01" for e in store.events()
-                                   if e.kind == "note")
-    assert notes[0].startswith("reboot through the OS failed (upgrade_reboot.yml: ")
-    assert notes[0].endswith("; power cycle through the BMC")
-    assert notes[1].startswith("power cycled through the BMC (redfish); power is on")
-    assert PASSWORD not in json.dumps([e.detail for e in store.events()]) + str(out)
+    assert_cycle_noted(store, out)
 
 
 @requires_ssh_hosts
@@ -172,9 +176,7 @@ def test_the_os_comes_back_after_the_bmc_cycle(bmc: Any, tmp_path: Path) -> None
     (systemd, sshd, the install marker; lab/hosts.py) at the node's address. The installer
     power cycles through the BMC, waits, finds the OS and the node passes the step."""
     port, seen = bmc
-    third = secrets.randbelow(200) + 20
-    network = IPv4Network(f"10.250.{third}.0/24")
-    address, gateway = IPv4Address(f"10.250.{third}.5"), IPv4Address(f"10.250.{third}.1")
+    network, gateway, address = scratch_lab_network()
     work, tag = tmp_path / "hosts", secrets.token_hex(4)
     work.mkdir()
     key = work / "id_ed25519"
@@ -207,11 +209,7 @@ def test_the_os_comes_back_after_the_bmc_cycle(bmc: Any, tmp_path: Path) -> None
         assert out == {"gpu01": None}, out  # the OS came back: the step passed
         states = power_states(seen)
         assert ("Off", "ForceRestart") in states and states[-1] == ("On", None), states
-        notes = [e.detail["note"] for e in store.events() if e.kind == "note"]
-        assert len(notes) == 2, notes
-        assert notes[0].startswith("reboot through the OS failed (upgrade_reboot.yml: ")
-        assert notes[1].startswith("power cycled through the BMC (redfish); power is on")
-        assert PASSWORD not in json.dumps([e.detail for e in store.events()]) + str(out)
+        assert_cycle_noted(store, out)
     finally:
         stop.set()
         machine.join(60)
