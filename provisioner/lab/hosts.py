@@ -72,6 +72,8 @@ WantedBy=multi-user.target
 # How the launcher sees an init that called reboot(RESTART) in its PID namespace: killed by
 # SIGHUP (reboot(2)), which unshare passes on, so the shell reads 128 + 1.
 REBOOT_STATUS = 128 + signal.SIGHUP
+BOOT_LOOP_S = 30  # a boot that reboots sooner than this counts toward a boot loop
+BOOT_LOOP_BOOTS = 5  # that many in a row: the host is left off
 # /dev is the real machine's: no virtual terminal is reserved or spawned (logind.conf(5))
 LOGIND_CONF = "[Login]\nNAutoVTs=0\nReserveVT=0\n"
 # chronyd must never set the real machine's clock: -x leaves it alone (chronyd(8)).
@@ -228,18 +230,24 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\n"
         "PidFile /run/sshd.pid\nSubsystem sftp /usr/lib/openssh/sftp-server\n")
     _write_units(d / "upper/etc/systemd/system")
-    m = d / "merged"
+    q = {k: shlex.quote(str(v)) for k, v in (
+        ("m", d / "merged"), ("rootfs", rootfs), ("upper", d / "upper"), ("work", d / "work"),
+        ("boot_id", d / "boot_id"), ("cgroup", orphans.cgroup_of(netns)), ("name", name),
+        ("netns", netns))}
+    m = q["m"]
     # Inside the host's own PID, mount, UTS, IPC and cgroup namespaces: systemd is PID 1 of
     # its PID namespace, so killing it ends every process of the host. The real machine is
     # never changed: mounts are private to the namespace, sysfs is the netns' own and
     # read-only, the cgroup hierarchy is a sub-tree (cgroup namespace) of the lab's own.
-    inner = (f"hostname {name} && "
-             f"mount -t overlay overlay -o lowerdir={rootfs},upperdir={d / 'upper'},"
-             f"workdir={d / 'work'} {m} && "
+    # Every path is quoted: a lab directory may contain spaces.
+    inner = (f"hostname {q['name']} && "
+             "mount -t overlay overlay -o "
+             + shlex.quote(f"lowerdir={rootfs},upperdir={d / 'upper'},workdir={d / 'work'}")
+             + f" {m} && "
              f"mount -t proc proc {m}/proc && "
              # a boot id of this boot (what `reboot` waits on to change), as nspawn does
-             f"cat /proc/sys/kernel/random/uuid > {d / 'boot_id'} && "
-             f"mount --bind -o ro {d / 'boot_id'} {m}/proc/sys/kernel/random/boot_id && "
+             f"cat /proc/sys/kernel/random/uuid > {q['boot_id']} && "
+             f"mount --bind -o ro {q['boot_id']} {m}/proc/sys/kernel/random/boot_id && "
              f"mount -t sysfs -o ro sysfs {m}/sys && "
              f"mount -t tmpfs -o mode=755 tmpfs {m}/sys/fs/cgroup && "
              f"mkdir {m}/sys/fs/cgroup/systemd && "
@@ -248,14 +256,23 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
              f"mount --rbind /dev {m}/dev && "
              "exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin container=provisioner-lab "
              f"chroot {m} /lib/systemd/systemd --system --log-target=console")
-    cgroup = orphans.cgroup_of(netns)
     # The launcher is the host's hardware: an init killed by SIGHUP asked for a reboot
-    # (exit 129), so the host boots again; any other end (poweroff, a kill) stops it.
-    outer = (f"mkdir -p {cgroup} && echo $$ > {cgroup}/cgroup.procs && "
-             f"while :; do ip netns exec {netns} unshare --fork --pid --mount --uts --ipc "
+    # (exit 129), so the host boots again; any other end (poweroff, a kill) stops it. A host
+    # that reboots again within BOOT_LOOP_S of every boot, BOOT_LOOP_BOOTS times in a row, is
+    # in a boot loop (a unit that reboots at every boot): it is left off, as a BMC's
+    # watchdog would, instead of burning the machine's CPU without end.
+    cgroup = q["cgroup"]
+    outer = (f"mkdir -p {cgroup} && echo $$ > {cgroup}/cgroup.procs && fast=0 && "
+             "while :; do start=$(date +%s); "
+             f"ip netns exec {q['netns']} unshare --fork --pid --mount --uts --ipc "
              f"--cgroup --propagation private --kill-child sh -c {shlex.quote(inner)}; "
              f"rc=$?; [ $rc -eq {REBOOT_STATUS} ] || exit $rc; "
-             f"echo \"lab host {name}: reboot\"; done")
+             f"if [ $(($(date +%s) - start)) -lt {BOOT_LOOP_S} ]; then fast=$((fast + 1)); "
+             "else fast=0; fi; "
+             f"if [ $fast -ge {BOOT_LOOP_BOOTS} ]; then echo lab host {q['name']}: "
+             f"{BOOT_LOOP_BOOTS} reboots within {BOOT_LOOP_S} s of boot: boot loop, left off; "
+             "exit 1; fi; "
+             f"echo lab host {q['name']}: reboot; done")
     log = open(d / "host.log", "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
         proc = subprocess.Popen(["sh", "-c", outer],

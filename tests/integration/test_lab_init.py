@@ -1,6 +1,7 @@
 """A lab host boots a real init: systemd is PID 1 of its own PID namespace, sshd is one of
-its units, `shutdown -r` (what Ansible's reboot module runs) reboots it on the same disk,
-and `down` ends every process of the host and its cgroup sub-tree.
+its units, `shutdown -r` (what Ansible's reboot module runs) reboots it on the same disk, a
+host that reboots at every boot is left off, and `down` ends every process of the host and
+its cgroup sub-tree.
 
 One host on 10.250.<n>.0/24 under a random tag (no running lab uses it), the real
 debootstrap'd root (lab/hosts.py), real ssh into it.
@@ -30,10 +31,11 @@ def on_host(host: hosts.SshHost, key: Path, command: str) -> str:
 def test_a_lab_host_runs_systemd_and_down_ends_all_of_it(tmp_path):
     tag = secrets.token_hex(4)
     network, gateway, address = scratch_lab_network()
-    [host] = hosts.up([("init1", address)], network, gateway, tmp_path, hosts.ensure_rootfs(),
+    workdir = tmp_path / "a lab dir"  # the launcher quotes every path it is given
+    [host] = hosts.up([("init1", address)], network, gateway, workdir, hosts.ensure_rootfs(),
                       tag, timeout_s=60)
     try:
-        key = tmp_path / "id_ed25519"
+        key = workdir / "id_ed25519"
         assert on_host(host, key, "cat /proc/1/comm") == "systemd"
         # "starting" while late units finish; never "offline" (no systemd) or "degraded"
         state = on_host(host, key, "systemctl is-system-running --wait")
@@ -46,6 +48,7 @@ def test_a_lab_host_runs_systemd_and_down_ends_all_of_it(tmp_path):
         listed = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True,
                                 text=True, check=True).stdout.split()
         assert len(listed) > 3  # systemd, journald, dbus, chrony, sshd ...
+        assert_boot_loop_left_off(host, key)
     finally:
         hosts.down([host], tag)
     assert hosts.start_ticks(host.pid) is None
@@ -79,3 +82,24 @@ def assert_reboots(host: hosts.SshHost, key: Path) -> None:
         "kept\ncat: /run/volatile: No such file or directory")
     assert on_host(host, key, "systemctl is-system-running --wait") == "running"
     assert "lab host init1: reboot" in (Path(host.upper).parent / "host.log").read_text()
+
+
+def assert_boot_loop_left_off(host: hosts.SshHost, key: Path) -> None:
+    """A unit that reboots at every boot: after BOOT_LOOP_BOOTS quick reboots in a row the
+    launcher leaves the host off and says why, instead of booting it without end."""
+    on_host(host, key, "printf '[Unit]\\nAfter=multi-user.target\\n[Service]\\n"
+                       "ExecStart=/usr/bin/systemctl reboot\\n[Install]\\n"
+                       "WantedBy=multi-user.target\\n' > /etc/systemd/system/loop.service && "
+                       "systemctl enable loop.service && systemctl reboot")
+    log = Path(host.upper).parent / "host.log"
+    for _ in range(1200):  # until the launcher ends (no time limit asserted)
+        if hosts.start_ticks(host.pid) != host.start_ticks:
+            break
+        time.sleep(0.1)
+    assert hosts.start_ticks(host.pid) != host.start_ticks, log.read_text()[-2000:]
+    text = log.read_text()
+    assert (f"lab host init1: {hosts.BOOT_LOOP_BOOTS} reboots within {hosts.BOOT_LOOP_S} s "
+            "of boot: boot loop, left off") in text
+    # booted again after each quick reboot but the last (the earlier test reboots may count)
+    assert text.count("lab host init1: reboot\n") >= hosts.BOOT_LOOP_BOOTS - 1
+    assert text.rstrip().endswith("boot loop, left off")
