@@ -10,11 +10,12 @@ is nothing to find.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from provisioner import pids
 
 if TYPE_CHECKING:
     from provisioner.state import StateStore
@@ -56,6 +57,16 @@ def _has_live_provisioner_ancestor(pid: int) -> bool:
     return False
 
 
+def _is_orphaned_playbook(pid: int, root: str) -> bool:
+    argv = _cmdline(pid)
+    if not any(a.endswith("ansible-playbook") for a in argv[:3]):
+        return False
+    inv = _inventory(argv)
+    if inv is None or not str(Path(inv).resolve()).startswith(root):
+        return False
+    return not _has_live_provisioner_ancestor(pid)
+
+
 def orphaned_playbooks(state_dir: Path) -> list[int]:
     """ansible-playbook processes on an inventory under `state_dir` with no live
     `provisioner` process above them."""
@@ -64,25 +75,17 @@ def orphaned_playbooks(state_dir: Path) -> list[int]:
     for entry in PROC.iterdir() if PROC.is_dir() else ():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
-        argv = _cmdline(int(entry.name))
-        if not any(a.endswith("ansible-playbook") for a in argv[:3]):
-            continue
-        inv = _inventory(argv)
-        if inv is None or not str(Path(inv).resolve()).startswith(root):
-            continue
-        if not _has_live_provisioner_ancestor(int(entry.name)):
+        if _is_orphaned_playbook(int(entry.name), root):
             found.append(int(entry.name))
     return sorted(found)
 
 
 def end_orphaned_playbooks(state_dir: Path) -> list[int]:
-    """SIGKILL each orphaned playbook (a hung one here outlived SIGTERM); the pids ended."""
-    ended = []
-    for pid in orphaned_playbooks(state_dir):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-            ended.append(pid)
-    return ended
+    """SIGKILL each orphaned playbook (a hung one here outlived SIGTERM); the pids ended.
+    Each is checked again on a pidfd, so a PID reused since the scan is never signalled."""
+    root = str(state_dir.resolve()) + os.sep
+    return [pid for pid in orphaned_playbooks(state_dir)
+            if pids.send(pid, signal.SIGKILL, check=lambda p: _is_orphaned_playbook(p, root))]
 
 
 def after_killed_runs(store: StateStore) -> list[str]:

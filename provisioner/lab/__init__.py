@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from provisioner import statedir
+from provisioner import pids, statedir
 from provisioner.errors import ConfigError
 from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
@@ -71,7 +71,7 @@ class LabProcess:
     log: str
 
     def alive(self) -> bool:
-        return hosts_mod.start_ticks(self.pid) == self.start_ticks
+        return pids.start_ticks(self.pid) == self.start_ticks
 
 
 @dataclass
@@ -106,7 +106,7 @@ class LabState:
 
 
 def _record(state: LabState, role: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    ticks = hosts_mod.start_ticks(proc.pid)
+    ticks = pids.start_ticks(proc.pid)
     if ticks is None:
         raise ConfigError(f"lab: {role} exited at start", hint=f"see {log}")
     state.processes.append(LabProcess(role, proc.pid, ticks, str(log)))
@@ -363,15 +363,12 @@ def _stop(state: LabState, grace_s: float = 5.0) -> list[LabProcess]:
     switch_mod.down(state.switches)
     alive = [p for p in state.processes if p.alive()]
     for p in alive:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p.pid, signal.SIGTERM)
+        pids.send(p.pid, signal.SIGTERM, ticks=p.start_ticks)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(p.alive() for p in alive):
         time.sleep(0.05)
     for p in alive:
-        if p.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGKILL)
+        pids.send(p.pid, signal.SIGKILL, ticks=p.start_ticks)
     for p in alive:  # reap our own children when this process started them
         with contextlib.suppress(ChildProcessError):
             os.waitpid(p.pid, os.WNOHANG)
@@ -393,7 +390,6 @@ def kill_one(loaded: LoadedSite, role: str) -> LabProcess:
     """Kill one lab process by role (fault tests: a BMC dying mid-operation)."""
     state = status(loaded)
     for p in state.processes if state else []:
-        if p.role == role and p.alive():
-            os.kill(p.pid, signal.SIGKILL)
+        if p.role == role and pids.send(p.pid, signal.SIGKILL, ticks=p.start_ticks):
             return p
     raise ConfigError(f"lab: no running process {role}")

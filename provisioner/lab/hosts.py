@@ -29,8 +29,10 @@ from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any
 
+from provisioner import pids
 from provisioner.errors import ConfigError
 from provisioner.lab import orphans
+from provisioner.pids import start_ticks
 
 ROOTFS_SUITE = "bookworm"
 ROOTFS_MIRROR = "http://deb.debian.org/debian"
@@ -131,15 +133,6 @@ def ensure_rootfs(cache: Path | None = None) -> Path:
     (tmp / ".complete").write_text(ROOTFS_VERSION + "\n")
     tmp.rename(base)
     return base
-
-
-def start_ticks(pid: int) -> int | None:
-    """Start time of a live process (None when gone or a zombie): tells reused PIDs apart."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else int(fields[19])
 
 
 def bridge_name(tag: str) -> str:
@@ -338,18 +331,14 @@ def kill(h: SshHost) -> list[int]:
     it boots nothing again; then whatever runs in the host's namespace or its cgroup (a boot
     the launcher had just begun is in the cgroup only), until none is left."""
     killed: set[int] = set()
-    if start_ticks(h.pid) == h.start_ticks:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(h.pid, signal.SIGKILL)
-            killed.add(h.pid)
+    if pids.send(h.pid, signal.SIGKILL, ticks=h.start_ticks):
+        killed.add(h.pid)
     for _ in range(50):
-        pids = orphans.host_pids(h.netns)
-        if not pids:
+        found = orphans.host_pids(h.netns)
+        if not found:
             break
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
+        killed |= {pid for pid in found if pids.send(
+            pid, signal.SIGKILL, check=lambda p: orphans.belongs(h.netns, p))}
         time.sleep(0.05)
     return sorted(killed)
 

@@ -48,6 +48,15 @@ def host_pids(netns: str) -> set[int]:
     return {int(p) for p in listed if p.isdigit()} | cgroup_pids(netns)
 
 
+def belongs(netns: str, pid: int) -> bool:
+    """Whether `pid` is one of the host's: in its network namespace, or its cgroup."""
+    with contextlib.suppress(OSError):
+        ns, mine = os.stat(f"/proc/{pid}/ns/net"), os.stat(f"/run/netns/{netns}")
+        if (ns.st_dev, ns.st_ino) == (mine.st_dev, mine.st_ino):
+            return True
+    return pid in cgroup_pids(netns)
+
+
 def remove_cgroup(netns: str) -> None:
     """A host's cgroup sub-tree, deepest first (a cgroup goes once its processes have)."""
     top = cgroup_of(netns)

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from provisioner import fabric
+from provisioner import fabric, pids
 from provisioner.errors import ConfigError
 from provisioner.inventory.loader import LoadedSite
 from provisioner.lab import procs
@@ -80,9 +80,7 @@ def _sh(*argv: str) -> None:
 
 
 def _ticks(pid: int) -> int:
-    from provisioner.lab.hosts import start_ticks
-
-    ticks = start_ticks(pid)
+    ticks = pids.start_ticks(pid)
     if ticks is None:
         raise ConfigError(f"lab switch: process {pid} exited at start")
     return ticks
@@ -121,6 +119,13 @@ def start_one(name: str, ports: list[str], workdir: Path, tag: str, password_fil
     return sw
 
 
+def _comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
 def _reclaim(netns: str) -> None:
     """A namespace of this name is this lab's own (the tag is its directory's), left by a
     run killed before `lab down`: stop the zebra left in it and delete it. Anything else
@@ -129,19 +134,17 @@ def _reclaim(netns: str) -> None:
                             check=False, timeout=30).stdout.split()
     if netns not in listed:
         return
-    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True,
-                          check=False, timeout=30).stdout.split()
-    for pid in map(int, pids):
-        try:
-            comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        except OSError:
+    listed_pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True,
+                                 text=True, check=False, timeout=30).stdout.split()
+    for pid in map(int, listed_pids):
+        comm = _comm(pid)
+        if comm is None:
             continue
         if comm != "zebra":
             raise ConfigError(f"lab switch: namespace {netns} (left by an earlier lab) runs "
                               f"{comm} (pid {pid}), not started by the lab",
                               hint=f"stop it, then `ip netns del {netns}`")
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+        pids.send(pid, signal.SIGTERM, check=lambda p: _comm(p) == "zebra")
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and subprocess.run(
             ["ip", "netns", "pids", netns], capture_output=True, text=True, check=False,
@@ -185,16 +188,12 @@ def up(loaded: LoadedSite, workdir: Path, tag: str, password_file: Path,
 
 def down(switches: list[LabSwitch]) -> None:
     """Stop exactly these processes (same PID and start time), delete the namespaces."""
-    from provisioner.lab.hosts import start_ticks
-
     for sw in switches:
         for pid, ticks in ((sw.ssh_pid, sw.ssh_ticks), (sw.zebra_pid, sw.zebra_ticks)):
-            if start_ticks(pid) == ticks:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
+            pids.send(pid, signal.SIGTERM, ticks=ticks)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and any(
-                start_ticks(p) == t for p, t in ((sw.ssh_pid, sw.ssh_ticks),
+                pids.start_ticks(p) == t for p, t in ((sw.ssh_pid, sw.ssh_ticks),
                                                  (sw.zebra_pid, sw.zebra_ticks))):
             time.sleep(0.05)
         with contextlib.suppress(ChildProcessError):

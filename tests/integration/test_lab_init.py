@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from provisioner import pids
 from provisioner.lab import hosts, orphans
 from tests.conftest import requires_root, scratch_lab_network
 
@@ -51,8 +52,8 @@ def test_a_lab_host_runs_systemd_and_down_ends_all_of_it(tmp_path):
         assert_boot_loop_left_off(host, key)
     finally:
         hosts.down([host], tag)
-    assert hosts.start_ticks(host.pid) is None
-    assert not any(hosts.start_ticks(int(p)) for p in listed)
+    assert pids.start_ticks(host.pid) is None
+    assert not any(pids.start_ticks(int(p)) for p in listed)
     assert not orphans.cgroup_of(host.netns).exists()
     spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert host.netns not in spaces
@@ -76,7 +77,7 @@ def assert_reboots(host: hosts.SshHost, key: Path) -> None:
             break
         time.sleep(0.1)
     assert after and after != before
-    assert hosts.start_ticks(host.pid) == host.start_ticks  # the same launcher booted it
+    assert pids.start_ticks(host.pid) == host.start_ticks  # the same launcher booted it
     assert Path("/proc/sys/kernel/random/boot_id").read_text().strip() == kernel
     assert on_host(host, key, "cat /root/disk; cat /run/volatile 2>&1") == (
         "kept\ncat: /run/volatile: No such file or directory")
@@ -93,10 +94,10 @@ def assert_boot_loop_left_off(host: hosts.SshHost, key: Path) -> None:
                        "systemctl enable loop.service && systemctl reboot")
     log = Path(host.upper).parent / "host.log"
     for _ in range(1200):  # until the launcher ends (no time limit asserted)
-        if hosts.start_ticks(host.pid) != host.start_ticks:
+        if pids.start_ticks(host.pid) != host.start_ticks:
             break
         time.sleep(0.1)
-    assert hosts.start_ticks(host.pid) != host.start_ticks, log.read_text()[-2000:]
+    assert pids.start_ticks(host.pid) != host.start_ticks, log.read_text()[-2000:]
     text = log.read_text()
     assert (f"lab host init1: {hosts.BOOT_LOOP_BOOTS} reboots within {hosts.BOOT_LOOP_S} s "
             "of boot: boot loop, left off") in text

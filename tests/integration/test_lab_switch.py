@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.lab import switch
-from provisioner.lab.hosts import start_ticks
+from provisioner.pids import start_ticks
 from provisioner.secrets import Secret, write_private
 from provisioner.switches.base import Endpoint
 from provisioner.switches.ops import _switch
