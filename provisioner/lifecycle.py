@@ -14,6 +14,7 @@ state machine (cordon, drain, upgrade, validate, uncordon).
         --wait_os--> os_ready --configure--> configured --verify--> verified --ready--> ready
     ready --cordon--> cordoned --drain--> draining --drain--> upgrading
         --upgrade--> configured --verify--> verified --uncordon--> ready
+    configured | verified --retarget--> upgrading (resumed toward another bundle)
     any working phase --(its step fails)--> failed --retry--> the phase it failed in
     any phase --maintenance--> maintenance --release--> enrolled
     a phase on the bring-up path --rewind--> an earlier one (--from-phase, operator's word)
@@ -75,6 +76,10 @@ MOVES: tuple[Move, ...] = (
     Move(Phase.UPGRADING, "upgrade", Phase.CONFIGURED, "upgrade"),
     Move(Phase.CONFIGURED, "verify", Phase.VERIFIED, "upgrade"),
     Move(Phase.VERIFIED, "uncordon", Phase.READY, "upgrade"),
+    # an upgrade resumed toward another bundle than the one the roles ran at (a rollback
+    # after a failed gate): the roles run again
+    Move(Phase.CONFIGURED, "retarget", Phase.UPGRADING, "upgrade"),
+    Move(Phase.VERIFIED, "retarget", Phase.UPGRADING, "upgrade"),
     # an operator takes a node out of service and gives it back (re-inspected)
     Move(Phase.MAINTENANCE, "release", Phase.ENROLLED, "admin"),
 )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +85,21 @@ def recorded_versions(store: StateStore | None, hosts: Sequence[str],
     return out
 
 
+def in_flight(store: StateStore, hosts: Collection[str]) -> dict[str, str | None]:
+    """The bundle each node's unfinished upgrade moves it to: the one it was cordoned for,
+    until it is ready again. None: no upgrade in flight (a node `up` has not finished is on
+    the bring-up path); "": cordoned by a run that did not record its bundle."""
+    out: dict[str, str | None] = dict.fromkeys(hosts)
+    for ev in store.events():
+        if ev.kind != "transition" or ev.hostname not in out:
+            continue
+        if ev.to_phase == Phase.CORDONED.value:
+            out[ev.hostname] = str(ev.detail.get("bundle", ""))
+        elif ev.to_phase == Phase.READY.value:
+            out[ev.hostname] = None
+    return out
+
+
 def _selected(loaded: LoadedSite, limit: str | None) -> tuple[list[HostPlan], list[str]]:
     plans = servers(loaded)
     names = set(bmc_mod.select_hosts([p.hostname for p in plans], limit))
@@ -138,15 +153,29 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
         store.enroll(all_hosts, run_id=run_id)
         journal.load(all_hosts)
         selected = {n.hostname for n in the_plan.nodes}
+        flight = in_flight(store, selected)
+        not_upgrading: set[str] = set()  # configured/verified by `up`, not by an upgrade
+        retarget: set[str] = set()  # part-way to another bundle: the roles run again
         for h in sorted(selected):  # a node a failed upgrade left behind is retried
             out = journal.outcomes[h]
             back_to = out.failed_phase  # read before restart() resets the outcome
+            where = back_to if out.phase is Phase.FAILED else out.phase
+            if where in AFTER_ROLES and flight[h] is None:
+                not_upgrading.add(h)
+                notes.append(f"{h} is {out.phase.value} from `provision up`, not from an "
+                             "upgrade: left alone (finish it with `provision up`)")
+                continue
             if out.phase is Phase.FAILED and back_to is not None and back_to in MID_OR_READY:
                 journal.restart(h, back_to, {"retry": True, "last_reason": out.reason})
                 journal.emit(Progress(h, "upgrade", "note", f"retrying from {back_to.value}"))
-        todo = [n.hostname for n in the_plan.nodes
-                if (n.changes and journal.phase(n.hostname) is Phase.READY)
-                or journal.phase(n.hostname) in MID_OR_READY - {Phase.READY}]
+            if journal.phase(h) in AFTER_ROLES and flight[h] != target.name:
+                # the roles ran at another bundle's versions: its gate says nothing of this one
+                journal.move(h, Phase.UPGRADING, "retarget",
+                             {"from_bundle": flight[h], "bundle": target.name})
+                retarget.add(h)
+        todo = [n.hostname for n in the_plan.nodes if n.hostname not in not_upgrading and (
+                (n.changes and journal.phase(n.hostname) is Phase.READY)
+                or journal.phase(n.hostname) in MID_OR_READY - {Phase.READY})]
         versions = target.components()
 
         def upgraded(host: str) -> None:
@@ -157,13 +186,15 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
         inst = installer or ansible_installer(bundle_site, profile, env, target.name,
                                               journal, opts.forks)
         plans = {p.hostname: p for p in servers(loaded)}
-        hosts_sel = [plans[h] for h in all_hosts if h in selected]
-        sched = scheduler(loaded, hosts_sel, opts.plan, the_plan.workers_wait)
+        # every server's domain and role: one already down counts, selected or not
+        sched = scheduler(loaded, list(plans.values()), opts.plan, the_plan.workers_wait)
+        # a node retargeted from another bundle may have moved its driver: reboot step too
+        # (skipped when the roles rebooted it)
         r = Rolling(journal, kube, inst, sched, all_hosts,
-                    frozenset(n.hostname for n in the_plan.nodes if n.reboot),
+                    frozenset(n.hostname for n in the_plan.nodes if n.reboot) | retarget,
                     {h: (p.block.gpu.count if p.block.gpu else 0) for h, p in plans.items()},
                     opts.max_failures, opts.drain, Clock(sleep=stop.wait),
-                    on_upgraded=upgraded)
+                    on_upgraded=upgraded, bundle=target.name)
         status = "failed"
         try:
             outcome = roll(r, todo, stop)
@@ -191,6 +222,9 @@ def ansible_installer(bundle_site: LoadedSite, profile: Profile, env: Mapping[st
                             on_note=lambda h, t: journal.note(h, "upgrade", "note", t))
 
 
+# Past the roles on the upgrade path, and also on the bring-up path: which one a node is on
+# is what `in_flight` tells.
+AFTER_ROLES = frozenset({Phase.CONFIGURED, Phase.VERIFIED})
 MID_OR_READY = frozenset({Phase.READY, Phase.CORDONED, Phase.DRAINING, Phase.UPGRADING,
                           Phase.CONFIGURED, Phase.VERIFIED})
 

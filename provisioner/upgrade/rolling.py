@@ -53,6 +53,7 @@ class Rolling:
     drain: DrainOptions = field(default_factory=DrainOptions)
     clock: Clock = field(default_factory=Clock)
     on_upgraded: Callable[[str], None] = lambda _h: None
+    bundle: str = ""  # recorded with each cordon: what the node's upgrade moves it to
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def run_batch(r: Rolling, batch: list[str], stop: threading.Event) -> None:
     j = r.journal
     drain = Drain(r.kube, j, r.drain.timeout_s, r.drain.retry_s, r.drain.fallback_delete,
                   r.clock)
-    engine.NodeStage([Cordon(r.kube), DrainBegin(), drain],
+    engine.NodeStage([Cordon(r.kube, r.bundle), DrainBegin(), drain],
                      concurrency=max(1, len(batch))).run(j, batch, stop)
     todo = [h for h in batch if j.phase(h) is Phase.UPGRADING]
     if stop.is_set():  # Ctrl-C: no new roles or gates; nodes stay as recorded, resumable

@@ -39,12 +39,13 @@ class Cordon:
     """ready -> cordoned: no new pods land on the node."""
 
     kube: KubeClient
+    bundle: str = ""  # recorded: a resumed run knows which bundle the node is moving to
     name: str = "cordon"
     source: Phase = Phase.READY
 
     def __call__(self, host: str, session: object) -> dict[str, Any]:
         self.kube.cordon(host)
-        return {"unschedulable": True}
+        return {"unschedulable": True, **({"bundle": self.bundle} if self.bundle else {})}
 
 
 @dataclass

@@ -153,3 +153,107 @@ def test_the_lease_heartbeat_keeps_a_long_run_alive_for_other_machines(
     assert len(slow.beats) >= 3 and slow.beats[-1] - slow.started_at >= 1.0, slow.beats
     assert "is held by `upgrade apply --to 2026.11`" in slow.foreign_view
     assert store.lease_holder() is None  # released at the end; the beat thread stopped
+
+
+def _standin(tmp_path: Path, hosts: list[str]) -> tuple[StandInApiServer, OfficialClient]:
+    srv = StandInApiServer(tmp_path / "world.json")
+    srv.save(world(hosts))
+    srv.start()
+    return srv, OfficialClient(url=srv.url)
+
+
+def _gpu_bundle(loaded: LoadedSite) -> str:
+    """2026.11 without its Kubernetes minor (a GPU-stack bundle: control planes may be left
+    out with --limit, and it can be rolled back to 2026.10)."""
+    text = (loaded.base_dir / "bundles/2026.11.yaml").read_text()
+    text = text.replace('name: "2026.11"', 'name: "2026.11-gpu"').replace(
+        'kubernetes: "1.32.4"', 'kubernetes: "1.31.4"')
+    (loaded.base_dir / "bundles/2026.11-gpu.yaml").write_text(text)
+    return "2026.11-gpu"
+
+
+def _failed_mid_upgrade(store: StateStore, hosts: list[str]) -> None:
+    """What an earlier run left: these nodes failed with their roles, cordoned."""
+    for h in hosts:
+        for p in (Phase.CORDONED, Phase.DRAINING, Phase.UPGRADING):
+            store.transition(h, p)
+        store.transition(h, Phase.FAILED, reason="the OS did not come back")
+
+
+def test_limit_leaves_out_a_down_node_but_still_counts_it(tmp_path: Path) -> None:
+    """--limit '!cp01,!dgx01' past two failed nodes: they are still down, so their rack's
+    allowance (2) is spent and a second control plane down would lose etcd quorum."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    _failed_mid_upgrade(store, ["cp01", "dgx01"])
+    srv, kube = _standin(tmp_path, hosts)
+    try:
+        opts = apply_mod.ApplyOptions(plan=apply_mod.PlanOptions(batch=1, max_unavailable=2),
+                                      max_failures=5, limit="!cp01,!dgx01")
+        rec = Recorder()
+        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
+                              installer=rec)
+        assert rec.installed == [] and not res.ok
+        assert "etcd quorum" in (res.rolling.stopped or ""), res.rolling.stopped
+        assert not any(srv.load()["nodes"][h]["unschedulable"] for h in hosts)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_node_up_left_configured_is_not_taken_for_an_upgrade(tmp_path: Path) -> None:
+    """dgx02 is configured by `provision up` (not yet verified): the upgrade leaves it alone
+    instead of gating it and recording it on the bundle without its roles ever running."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    site = [h for h in hosts if h != "dgx02"]
+    srv, kube = _standin(tmp_path, hosts)
+    try:
+        # rewind dgx02 to configured, as a killed `up` leaves it
+        store.transition("dgx02", Phase.OS_READY)
+        store.transition("dgx02", Phase.CONFIGURED)
+        opts = apply_mod.ApplyOptions(plan=apply_mod.PlanOptions(batch=2, max_unavailable=2),
+                                      max_failures=2)
+        rec = Recorder()
+        res = apply_mod.apply(loaded, "2026.11", kube, {}, opts, profile=profile,
+                              installer=rec)
+        assert "dgx02" not in {h for b in rec.installed for h in b}
+        upgraded = {e.hostname for e in store.events() if e.kind == "upgraded"}
+        assert upgraded == set(site)
+        assert store.node("dgx02").phase is Phase.CONFIGURED
+        assert any("dgx02 is configured from `provision up`" in n for n in res.notes)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
+        tmp_path: Path) -> None:
+    """dgx02 failed its gate on a GPU bundle (roles ran at it); `--to 2026.10` must run the roles
+    at .10 on it, with the reboot step, not gate it as it is and record it on .10."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    srv, kube = _standin(tmp_path, hosts)
+    try:
+        w = srv.load()
+        w["nodes"]["dgx02"]["ready"] = False
+        srv.save(w)
+        opts = apply_mod.ApplyOptions(plan=apply_mod.PlanOptions(batch=2, max_unavailable=2),
+                                      max_failures=2, limit="dgx01,dgx02")
+        apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
+                        installer=Recorder())
+        assert store.node("dgx02").failed_phase is Phase.CONFIGURED
+        w = srv.load()
+        w["nodes"]["dgx02"]["ready"] = True
+        srv.save(w)
+        rec = Recorder()
+        res = apply_mod.apply(loaded, "2026.10", kube, {}, opts, profile=profile,
+                              installer=rec)
+        assert res.ok, [(n.hostname, n.reason) for n in res.nodes]
+        assert "dgx02" in {h for b in rec.installed for h in b}
+        assert "dgx02" in rec.rebooted
+        last = [e for e in store.events() if e.kind == "upgraded" and e.hostname == "dgx02"]
+        assert last[-1].detail["bundle"] == "2026.10"
+        moves = [e.detail for e in store.events() if e.kind == "transition"
+                 and e.hostname == "dgx02" and e.to_phase == "upgrading"]
+        assert moves[-1].get("from_bundle") == "2026.11-gpu"
+    finally:
+        srv.shutdown()
+        srv.server_close()
