@@ -231,3 +231,20 @@ def test_validate_refuses_an_os_the_roles_cannot_install(tmp_path, os_name):
     findings = check(load(site))
     hit = [f for f in findings if f.code == "os-unsupported"]
     assert hit and hit[0].severity.value == "error" and hit[0].location is not None
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.split("/")[0] in (
+    "dgx-a100", "dgx-h100", "dgx-b200")])
+def test_upgrade_gate_asks_dpkg_for_the_fabric_manager_the_roles_installed(case):
+    """The gate's dpkg-query names the package as installed: unversioned from R580 in
+    NVIDIA's repository (nvidia-fabricmanager-580 does not exist there)."""
+    block, pins = CASES[case]
+    p = _payload(block, pins)
+    defaults = yaml.safe_load((ROOT / "roles/upgrade_gate/defaults/main.yml").read_text())
+    expr = defaults["upgrade_gate_fabric_manager_package"]
+    name = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(expr).render(
+        fabric_manager_packages=list(p.fabric))
+    assert name == next(f for f in p.fabric if f.startswith("nvidia-fabricmanager"))
+    unversioned = p.source == "nvidia" and int(pins["nvidia_driver"]["branch"]) >= 580
+    assert name == ("nvidia-fabricmanager" if unversioned
+                    else f"nvidia-fabricmanager-{pins['nvidia_driver']['branch']}")
