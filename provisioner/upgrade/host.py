@@ -121,7 +121,10 @@ class AnsibleInstaller:
         return self._bmc_cycle(host)
 
     def _bmc_cycle(self, host: str) -> str | None:
-        targets = bmc_mod.targets(self.loaded, self.env, host)
+        try:  # a missing BMC secret fails this node, not the run
+            targets = bmc_mod.targets(self.loaded, self.env, host)
+        except ProvisionerError as exc:
+            return f"the OS did not come back after the reboot; no BMC to power cycle: {exc}"
         if not targets:
             return "the OS did not come back after the reboot and the node has no BMC"
         drv = self.make_driver(targets[0])

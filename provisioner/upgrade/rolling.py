@@ -82,7 +82,11 @@ def run_batch(r: Rolling, batch: list[str], stop: threading.Event) -> None:
     if todo:
         for h in todo:
             j.emit(Progress(h, "upgrade", "start"))
-        for h, why in r.installer.install(todo, [h for h in todo if h in r.reboot]).items():
+        try:
+            installed = r.installer.install(todo, [h for h in todo if h in r.reboot])
+        except ProvisionerError as exc:  # the project did not render or run: the batch fails
+            installed = dict.fromkeys(todo, f"the roles did not run: {exc}")
+        for h, why in installed.items():
             if why is None:
                 j.move(h, Phase.CONFIGURED, "upgrade", {"reboot": h in r.reboot})
             else:
@@ -91,7 +95,10 @@ def run_batch(r: Rolling, batch: list[str], stop: threading.Event) -> None:
     if stop.is_set():
         return
     if todo:
-        host_checks = r.installer.gate(todo)
+        try:
+            host_checks: Mapping[str, object] = r.installer.gate(todo)
+        except ProvisionerError as exc:
+            host_checks = dict.fromkeys(todo, f"the gate's playbooks did not run: {exc}")
         for h in todo:
             try:
                 problems = cluster_gate(r.kube, h, r.gpus.get(h, 0))
@@ -130,7 +137,7 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
 
     failed_early = sum(1 for h in resumed if j.phase(h) is Phase.FAILED)
     stopped: str | None = None
-    if failed_early >= r.max_failures:
+    if failed_early >= r.max_failures and fresh:
         stopped = (f"failure budget spent: {failed_early} failed, {r.max_failures} allowed")
     elif fresh:
         stage = engine.BatchStage(Phase.READY, lambda b: run_batch(r, b, stop), serial=1,
@@ -141,4 +148,7 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
     failed = [h for h in todo if j.phase(h) is Phase.FAILED]
     not_started = [h for h in fresh if j.phase(h) is Phase.READY
                    and not j.outcomes[h].steps]
-    return RollingOutcome(stopped, len(failed) >= r.max_failures, failed, not_started)
+    # spent = it stopped the run with work left (exit 12); failures in the last batch that
+    # end the run anyway are failures within the run (exit 9)
+    spent = stopped is not None and stopped.startswith("failure budget spent")
+    return RollingOutcome(stopped, spent, failed, not_started)

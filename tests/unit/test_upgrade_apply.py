@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from unittest import mock
 
-from provisioner.errors import StateError
+from provisioner.errors import PlaybookError, StateError
 from provisioner.inventory import load
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import servers
@@ -254,6 +254,32 @@ def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
         moves = [e.detail for e in store.events() if e.kind == "transition"
                  and e.hostname == "dgx02" and e.to_phase == "upgrading"]
         assert moves[-1].get("from_bundle") == "2026.11-gpu"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+class BrokenInstaller(Recorder):
+    """The roles cannot run at all (the project failed to render, ansible missing)."""
+
+    def install(self, batch: Sequence[str], reboot: Sequence[str]) -> Outcome:
+        raise PlaybookError("ansible-playbook exited 4 before any task ran")
+
+
+def test_roles_that_cannot_run_fail_the_batch_not_the_run(tmp_path: Path) -> None:
+    """The batch's nodes fail with the reason and stay cordoned; the run still returns its
+    per-node result (what --json prints) and stops on the failure budget."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    srv, kube = _standin(tmp_path, hosts)
+    try:
+        opts = apply_mod.ApplyOptions(plan=apply_mod.PlanOptions(batch=1, max_unavailable=2),
+                                      max_failures=1, limit="dgx01,dgx02")
+        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
+                              installer=BrokenInstaller())
+        [failed] = res.failed
+        assert "the roles did not run: ansible-playbook exited 4" in (failed.reason or "")
+        assert srv.load()["nodes"][failed.hostname]["unschedulable"] is True
+        assert res.rolling.budget_spent and res.rolling.not_started
     finally:
         srv.shutdown()
         srv.server_close()
