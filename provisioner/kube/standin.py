@@ -51,8 +51,19 @@ def _pod_json(p: dict[str, Any]) -> dict[str, Any]:
     if p.get("owner"):
         meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": p["owner"],
                                     "name": p["name"] + "-owner", "uid": "0"}]
+    if p.get("deleting"):  # evicted or deleted, still in its grace period
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": {"nodeName": p["node"], "containers": [{"name": "c"}]}}
+
+
+def _delete(w: dict[str, Any], pod: dict[str, Any]) -> None:
+    """Gone at once, or (with `terminating_lists`) terminating for that many pod lists, as a
+    pod in its termination grace period stays listed with a deletionTimestamp."""
+    if pod.get("terminating_lists", 0) > 0:
+        pod["deleting"] = True
+    else:
+        w["pods"].remove(pod)
 
 
 def _covering(w: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -120,7 +131,13 @@ class _Handler(BaseHTTPRequestHandler):
             sel = (query.get("fieldSelector") or [""])[0]
             want = sel.removeprefix("spec.nodeName=") if sel.startswith("spec.nodeName=") \
                 else None
-            items = [_pod_json(p) for p in w["pods"] if want is None or p["node"] == want]
+            listed = [p for p in w["pods"] if want is None or p["node"] == want]
+            items = [_pod_json(p) for p in listed]
+            for p in listed:  # a terminating pod is listed `terminating_lists` more times
+                if p.get("deleting"):
+                    p["terminating_lists"] = p.get("terminating_lists", 0) - 1
+                    if p["terminating_lists"] <= 0:
+                        w["pods"].remove(p)
             return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {},
                          "items": items}
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) >= 6 \
@@ -135,13 +152,13 @@ class _Handler(BaseHTTPRequestHandler):
                 if pdb is not None and pdb["disruptions_allowed"] < 1:
                     return 429, _status(429, "TooManyRequests", "Cannot evict pod as it would "
                                         "violate the pod's disruption budget.")
-                if pdb is not None:
+                if pdb is not None and not pod.get("deleting"):
                     pdb["disruptions_allowed"] -= 1
-                w["pods"].remove(pod)
+                _delete(w, pod)
                 return 201, {"apiVersion": "policy/v1", "kind": "Eviction",
                              "metadata": {"name": name, "namespace": ns}}
             if method == "DELETE" and len(parts) == 6:
-                w["pods"].remove(pod)
+                _delete(w, pod)
                 return 200, _pod_json(pod)
         if parts == ["apis", "policy", "v1", "poddisruptionbudgets"] and method == "GET":
             items = [{"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",

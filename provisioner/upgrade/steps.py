@@ -4,9 +4,11 @@ checks, uncordon. The host side (packages, reboot, GPU checks) is `host.Installe
 
 Drain follows `kubectl drain`: DaemonSet and mirror (static) pods stay; every other pod is
 evicted through policy/v1 Eviction, which the API server refuses with 429 while a PDB
-allows no disruption. Refused evictions are retried until `drain_timeout_s`; then the node
-fails (stays cordoned), unless the operator allowed the fallback (`--drain-fallback
-delete`), which deletes the remaining pods, bypassing the PDB, and logs each one.
+allows no disruption, and the drain ends when the evicted pods are no longer listed (their
+termination grace period is over), within the same timeout. Refused evictions are retried
+until `drain_timeout_s`; then the node fails (stays cordoned), unless the operator allowed
+the fallback (`--drain-fallback delete`), which deletes the remaining pods, bypassing the
+PDB, and logs each one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from provisioner.kube import Eviction, KubeClient
+from provisioner.kube import Eviction, KubeClient, PodRef
 from provisioner.lifecycle import Phase
 from provisioner.workflows.engine import Journal, StepFailed, StepInterrupted
 
@@ -77,6 +79,7 @@ class Drain:
                 if p.owner_kind != "DaemonSet" and not p.mirror]
         start = self.clock.now()
         evicted = blocked_tries = 0
+        gone: list[PodRef] = []  # evicted or deleted: waited for until they are not listed
         while pods:
             left = []
             for pod in pods:
@@ -85,6 +88,7 @@ class Drain:
                     left.append(pod)
                 else:
                     evicted += 1
+                    gone.append(pod)
             pods = left
             if not pods:
                 break
@@ -101,10 +105,33 @@ class Drain:
                                       f"deleted {pod}: eviction blocked by a "
                                       f"PodDisruptionBudget for {self.timeout_s:g} s "
                                       "(--drain-fallback delete)")
-                return {"evicted": evicted, "deleted": len(pods), "blocked_tries": blocked_tries}
+                # the deleted pods get their own grace period, as kubectl drain gives them
+                waited = self._until_gone(host, gone + pods, self.clock.now())
+                return {"evicted": evicted, "deleted": len(pods), "blocked_tries": blocked_tries,
+                        "terminating_polls": waited}
             if self.clock.sleep(self.retry_s):
                 raise StepInterrupted
-        return {"evicted": evicted, "blocked_tries": blocked_tries}
+        waited = self._until_gone(host, gone, start)
+        return {"evicted": evicted, "blocked_tries": blocked_tries, "terminating_polls": waited}
+
+    def _until_gone(self, host: str, pods: list[PodRef], start: float) -> int:
+        """Wait until the evicted pods have terminated (their grace period: a training job
+        writing its checkpoint), as `kubectl drain` does: the roles then stop containerd and
+        unload the driver under no workload. The polls it took."""
+        want = {(p.namespace, p.name) for p in pods}
+        polls = 0
+        while want:
+            want &= {(p.namespace, p.name) for p in self.kube.pods_on(host)}
+            if not want:
+                break
+            polls += 1
+            if self.clock.now() - start >= self.timeout_s:
+                names = ", ".join(sorted(f"{ns}/{n}" for ns, n in want)[:5])
+                raise StepFailed(f"drain: {len(want)} evicted pod(s) still terminating after "
+                                 f"{self.timeout_s:g} s ({names}); the node stays cordoned")
+            if self.clock.sleep(self.retry_s):
+                raise StepInterrupted
+        return polls
 
 
 @dataclass

@@ -14,6 +14,8 @@ from provisioner.kube import Eviction, PodRef
 from provisioner.kube.official import OfficialClient
 from provisioner.kube.standin import StandInApiServer, world
 from provisioner.secrets import Secret
+from provisioner.upgrade.steps import Drain
+from provisioner.workflows.engine import StepFailed
 
 
 @pytest.fixture
@@ -78,3 +80,31 @@ def test_no_api_server_is_a_kube_error(tmp_path: Path) -> None:
     srv.server_close()  # the port is free again: nothing answers
     with pytest.raises(KubeError):
         OfficialClient(url=url).health("n1")
+
+
+def _terminating_world(api: StandInApiServer, lists: int) -> None:
+    w = api.load()
+    w["pdbs"] = []
+    for p in w["pods"]:
+        p["terminating_lists"] = lists  # listed that many more times once evicted
+    api.save(w)
+
+
+def test_drain_waits_until_the_evicted_pods_have_terminated(api: StandInApiServer) -> None:
+    """As `kubectl drain`: the step ends when the evicted pods are no longer listed (their
+    grace period over), so the roles never stop containerd under a checkpointing job."""
+    _terminating_world(api, 3)
+    kube = OfficialClient(url=api.url)
+    drain = Drain(kube, None, timeout_s=60, retry_s=0.01)  # type: ignore[arg-type]
+    detail = drain("n1", None)
+    assert detail["evicted"] == 2 and detail["terminating_polls"] >= 2
+    assert {p["name"] for p in api.load()["pods"]} == {"dp"}  # the DaemonSet pod stays
+
+
+def test_drain_fails_when_evicted_pods_never_terminate(api: StandInApiServer) -> None:
+    _terminating_world(api, 10**6)
+    drain = Drain(OfficialClient(url=api.url), None, timeout_s=0.2,  # type: ignore[arg-type]
+                  retry_s=0.01)
+    with pytest.raises(StepFailed, match=r"2 evicted pod\(s\) still terminating"):
+        drain("n1", None)
+    assert {p["name"] for p in api.load()["pods"]} == {"dp", "job-a", "job-b"}

@@ -269,7 +269,7 @@ class BrokenInstaller(Recorder):
 def test_roles_that_cannot_run_fail_the_batch_not_the_run(tmp_path: Path) -> None:
     """The batch's nodes fail with the reason and stay cordoned; the run still returns its
     per-node result (what --json prints) and stops on the failure budget."""
-    loaded, profile, hosts, store = _ready_site(tmp_path)
+    loaded, profile, hosts, _store = _ready_site(tmp_path)
     srv, kube = _standin(tmp_path, hosts)
     try:
         opts = apply_mod.ApplyOptions(plan=apply_mod.PlanOptions(batch=1, max_unavailable=2),

@@ -66,6 +66,7 @@ class SimCluster:
         self.cordoned: set[str] = set()
         self.failed: set[str] = set()
         self.tries: Counter[str] = Counter()
+        self.evicted: set[str] = set()  # nodes whose job pod was evicted or deleted
         self.lock = threading.Lock()
         self.errors: list[str] = []
 
@@ -96,7 +97,7 @@ class SimCluster:
 
     def pods_on(self, node: str) -> list[PodRef]:
         pods = [PodRef("kube-system", f"{node}-ds", "DaemonSet")]
-        if self.fates[node] in ("slow_drain", "drain_blocked"):
+        if self.fates[node] in ("slow_drain", "drain_blocked") and node not in self.evicted:
             pods.append(PodRef("train", f"{node}-job", "Job"))
         return pods
 
@@ -110,10 +111,13 @@ class SimCluster:
         if self.fates[node] == "drain_blocked" or (self.fates[node] == "slow_drain"
                                                     and tries < 3):
             return Eviction.BLOCKED
+        with self.lock:
+            self.evicted.add(node)
         return Eviction.EVICTED
 
     def delete(self, pod: PodRef) -> None:
-        return None
+        with self.lock:
+            self.evicted.add(pod.name.rsplit("-", 1)[0])
 
     def health(self, node: str) -> NodeHealth:
         return NodeHealth(ready=self.fates[node] != "not_ready", unschedulable=True,
