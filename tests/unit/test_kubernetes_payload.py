@@ -222,13 +222,34 @@ def _roce_script(tmp_path: Path, interfaces: str) -> subprocess.CompletedProcess
 
 
 def test_roce_qos_applies_to_the_rdma_devices_found_on_the_host(tmp_path):
-    # a sysfs tree with one RDMA device (mlx5_0) behind the port ens1f0np0
-    (tmp_path / "sys/class/infiniband/mlx5_0/device/net/ens1f0np0").mkdir(parents=True)
+    # a sysfs tree with an InfiniBand device (mlx5_0, ib0) that RoCE QoS must leave alone,
+    # and one RoCE device (mlx5_1) behind the port ens1f0np0
+    ib = tmp_path / "sys/class/infiniband"
+    for dev, port, layer in (("mlx5_0", "ib0", "InfiniBand"), ("mlx5_1", "ens1f0np0",
+                                                                "Ethernet")):
+        (ib / dev / "device/net" / port).mkdir(parents=True)
+        (ib / dev / "ports/1").mkdir(parents=True)
+        (ib / dev / "ports/1/link_layer").write_text(layer + "\n")
+    assert _roce_script(tmp_path, "ib0").returncode == 1  # an IB port is not configured
     nothing = _roce_script(tmp_path, "ens9")  # the site names a port the host lacks
     assert nothing.returncode == 1 and "no RDMA device behind ens9 found" in nothing.stderr
     # no port named: every RDMA device found is configured, starting with mlnx_qos on its
     # port (absent here, so the script stops there: it reached the device it found)
     found = _roce_script(tmp_path, "")
     assert found.returncode == 127 and "mlnx_qos" in found.stderr
-    (tmp_path / "sys/class/infiniband/mlx5_0").rename(tmp_path / "gone")
+    assert "roce-qos: mlx5_0 skipped: not an Ethernet (RoCE) port" in found.stdout
+    (tmp_path / "sys/class/infiniband/mlx5_1").rename(tmp_path / "gone")
     assert _roce_script(tmp_path, "").returncode == 1
+
+
+def test_one_node_feature_discovery_when_both_operators_run():
+    """The GPU Operator deploys NFD; the Network Operator's own is switched off then."""
+    tasks = {t["name"]: t for t in _yaml(ROLE / "tasks/main.yml")}
+    gpu = tasks["Install the GPU Operator, keeping the host-installed driver and toolkit"]
+    net = tasks["Install the Network Operator for RoCE"]
+    assert not any("nfd" in v for v in gpu["vars"]["kubernetes_release"]["values"])
+    [nfd] = net["vars"]["kubernetes_release"]["values"]
+    env = jinja2.Environment()
+    for gpu_operator, enabled in ((True, "false"), (False, "true")):
+        assert env.from_string(nfd.replace("| bool", "")).render(
+            kubernetes_gpu_operator=gpu_operator) == f"nfd.enabled={enabled}"

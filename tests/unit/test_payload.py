@@ -248,3 +248,32 @@ def test_upgrade_gate_asks_dpkg_for_the_fabric_manager_the_roles_installed(case)
     unversioned = p.source == "nvidia" and int(pins["nvidia_driver"]["branch"]) >= 580
     assert name == ("nvidia-fabricmanager" if unversioned
                     else f"nvidia-fabricmanager-{pins['nvidia_driver']['branch']}")
+
+
+@pytest.mark.parametrize("case", ["dgx-h100/nvidia-580", "dgx-b200/nvidia-580"])
+def test_nvlink5_fabric_manager_gets_ib_umad_loaded_before_it_starts(case):
+    p = _payload(*CASES[case])
+    defaults = yaml.safe_load((ROOT / "roles/fabric_manager/defaults/main.yml").read_text())
+    modules = jinja2.Environment().from_string(
+        defaults["fabric_manager_kernel_modules"]).render(fabric_manager_packages=list(p.fabric))
+    assert modules == ("['ib_umad']" if case.startswith("dgx-b200") else "[]")
+    names = [t["name"] for t in yaml.safe_load(
+        (ROOT / "roles/fabric_manager/tasks/main.yml").read_text())]
+    assert names.index("Load them before fabric manager starts") < names.index(
+        "Start fabric manager (or IMEX) and enable it at boot")
+
+
+@pytest.mark.parametrize(("role", "tasks", "before"), [
+    ("nvidia_driver", "install.yml", "Install the driver packages (Ubuntu)"),
+    ("roce_host", "main.yml", "Install DOCA (MOFED)")])
+def test_running_kernel_headers_before_a_dkms_build(role, tasks, before):
+    """DKMS builds for the running kernel: its headers first (NVIDIA's driver from its own
+    repository, DOCA); tagged needs_kernel, as a lab host has no kernel of its own."""
+    listed = yaml.safe_load((ROOT / "roles" / role / "tasks" / tasks).read_text())
+    names = [t["name"] for t in listed]
+    headers = listed[names.index("Install the running kernel's headers for DKMS")]
+    assert names.index(headers["name"]) < names.index(before)
+    assert headers["ansible.builtin.apt"]["name"] == "linux-headers-{{ ansible_facts.kernel }}"
+    assert headers["tags"] == ["needs_kernel"]
+    if role == "nvidia_driver":  # Canonical's precompiled modules need none
+        assert "nvidia_driver_source == 'nvidia'" in headers["when"]
