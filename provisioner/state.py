@@ -13,21 +13,18 @@ or deleted later can be put back from there (`provision status` names the newest
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
-import socket
 import sqlite3
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provisioner import state_backup
+from provisioner import state_backup, state_lease
 from provisioner.errors import StateError
 from provisioner.lifecycle import LIFECYCLE, Phase, allowed, next_phase
 from provisioner.state_backup import KEEP_BACKUPS, Backup, backup_dir, backups
@@ -36,16 +33,6 @@ from provisioner.statedir import ensure_parent
 
 __all__ = ["KEEP_BACKUPS", "LIFECYCLE", "SCHEMA_VERSION", "Backup", "Event", "NodeState",
            "Phase", "StateStore", "backup_dir", "backups", "next_phase"]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True
 
 
 @dataclass(frozen=True)
@@ -78,9 +65,7 @@ class StateStore:
             ensure_parent(path)  # .provision/: 0700, with a .gitignore of '*'
             if not path.exists():
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-            with self._connect() as db:
-                db.execute("PRAGMA journal_mode=WAL")
-                self._migrate(db)
+            self._open_once()
             for suffix in ("-wal", "-shm"):
                 side = Path(str(path) + suffix)
                 if side.exists():
@@ -88,6 +73,21 @@ class StateStore:
         except sqlite3.Error as exc:
             raise StateError(f"state store {path}: {exc}",
                              hint="check the file; restore it from a backup if damaged") from None
+
+    def _open_once(self) -> None:
+        """WAL mode and the schema. Switching the journal mode needs the database alone, and
+        SQLite answers "locked" at once, without its busy wait, while another process opening
+        the same new store holds it: retried briefly (processes opening a store at once)."""
+        for attempt in range(100):
+            try:
+                with self._connect() as db:
+                    db.execute("PRAGMA journal_mode=WAL")
+                    self._migrate(db)
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 99:
+                    raise
+                time.sleep(0.02 * (1 + attempt % 10))
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -201,59 +201,16 @@ class StateStore:
         finally:
             os.close(fd)  # releases the lock; the kernel also releases it if we are killed
 
-    @contextmanager
     def lease(self, command: str, *, stale_after_s: float = 600.0,
-              heartbeat_s: float = 30.0) -> Iterator[list[str]]:
-        """The site lease, in the database: one changing run per site even when CI runners
-        on several machines share the state (where `exclusive`'s flock may not reach). It
-        survives a crash (the row stays); a holder is stale when it ran on this machine and
-        its process is gone, or, on another machine, when its heartbeat is older than
-        `stale_after_s`. A stale lease is taken over and said so (the notes yielded)."""
-        me, pid, notes = socket.gethostname(), os.getpid(), []
-        with self._tx() as db:
-            row = db.execute("SELECT command, host, pid, started_at, heartbeat_at FROM lease"
-                             " WHERE id = 1").fetchone()
-            if row is not None:
-                cmd, host, hpid, started, last_beat = row
-                age_s = time.time() - float(last_beat)
-                alive = _pid_alive(int(hpid)) if host == me else age_s < stale_after_s
-                if alive:
-                    raise StateError(
-                        f"the site is held by `{cmd}` (pid {hpid} on {host}, since "
-                        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(started))} UTC)",
-                        hint="wait for it to finish; a crashed holder's lease is taken over "
-                        f"once its process is gone (or after {stale_after_s:g} s without a "
-                        "heartbeat from another machine)")
-                why = ("its process is gone" if host == me
-                       else f"no heartbeat for {age_s:.0f} s")
-                notes.append(f"took over the stale lease of `{cmd}` (pid {hpid} on {host}): "
-                             f"{why}")
-            now = time.time()
-            db.execute("INSERT OR REPLACE INTO lease (id, command, host, pid, started_at, "
-                       "heartbeat_at) VALUES (1, ?, ?, ?, ?, ?)", (command, me, pid, now, now))
-        done = threading.Event()
-
-        def beat() -> None:
-            while not done.wait(heartbeat_s):
-                with contextlib.suppress(sqlite3.Error), self._tx() as db:
-                    db.execute("UPDATE lease SET heartbeat_at = ? WHERE id = 1 AND host = ? "
-                               "AND pid = ?", (time.time(), me, pid))
-
-        threading.Thread(target=beat, daemon=True, name="lease-heartbeat").start()
-        try:
-            yield notes
-        finally:
-            done.set()
-            with self._tx() as db:
-                db.execute("DELETE FROM lease WHERE id = 1 AND host = ? AND pid = ?",
-                           (me, pid))
+              heartbeat_s: float = 30.0, on_lost: Callable[[], None] | None = None
+              ) -> AbstractContextManager[list[str]]:
+        """The site lease (state_lease.py): one changing run per site, across machines
+        sharing the state; a stale one is taken over and said so (the notes yielded)."""
+        return state_lease.hold(self._tx, command, stale_after_s=stale_after_s,
+                                heartbeat_s=heartbeat_s, on_lost=on_lost)
 
     def lease_holder(self) -> dict[str, Any] | None:
-        with self._connect() as db:
-            row = db.execute("SELECT command, host, pid, started_at, heartbeat_at FROM lease"
-                             " WHERE id = 1").fetchone()
-        return None if row is None else dict(zip(
-            ("command", "host", "pid", "started_at", "heartbeat_at"), row, strict=True))
+        return state_lease.read(self._connect)
 
     # -------------------------------------------------------- nodes
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATIONS: dict[int, str] = {
     1: """
     CREATE TABLE nodes (
@@ -50,6 +50,11 @@ MIGRATIONS: dict[int, str] = {
         started_at   REAL NOT NULL,
         heartbeat_at REAL NOT NULL
     );
+    """,
+    # Who holds the lease, exactly (state_lease.identity): boot id, PID namespace and the
+    # process's start time, so a reused PID is never taken for a live holder.
+    3: """
+    ALTER TABLE lease ADD COLUMN holder TEXT NOT NULL DEFAULT '';
     """,
 }
 

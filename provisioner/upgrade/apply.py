@@ -144,8 +144,9 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
     t0 = time.monotonic()
     command = f"upgrade apply --to {bundle_name}" + (f" --limit {opts.limit}"
                                                      if opts.limit else "")
+    # a run that lost its lease (taken over after its heartbeat went stale) stops like Ctrl-C
     with store.lease(command, stale_after_s=opts.lease_stale_s,
-                     heartbeat_s=opts.lease_heartbeat_s) as lease_notes, \
+                     heartbeat_s=opts.lease_heartbeat_s, on_lost=stop.set) as lease_notes, \
             store.exclusive():
         notes = list(lease_notes) + leftovers.after_killed_runs(store)
         run_id = store.start_run(command)
