@@ -39,6 +39,18 @@ NODE_COMPONENTS = ("containerd", "kubernetes")
 CLUSTER_COMPONENTS = ("gpu_operator", "network_operator")  # charts: once, not per node
 # A change to one of these loads a new kernel module: the node reboots.
 REBOOT_COMPONENTS = frozenset({"nvidia_driver", "kernel_modules", "doca"})
+# Bundle rows the rendered roles do not pin (yet): recorded with the bundle and compared
+# like the others, but a node keeps what its repository gave it, and the charts are
+# installed at the versions provisioner/sources.py pins. `plan` says so for each.
+NOT_PINNED_BY_ROLES = {
+    "containerd": "the roles install the distribution's containerd package without a pin",
+    "container_toolkit": "the roles install nvidia-container-toolkit from its repository "
+                         "without a pin",
+    "gpu_operator": "the roles install the GPU Operator chart at the version "
+                    "provisioner/sources.py pins",
+    "network_operator": "the roles install the Network Operator chart at the version "
+                        "provisioner/sources.py pins",
+}
 # Components whose packages apt can move back (`--allow-downgrades`); the rest cannot.
 NO_DOWNGRADE = {"kubernetes": "kubeadm cannot downgrade a control plane (restore etcd from "
                 "a backup instead)"}
@@ -263,6 +275,9 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
                 "node(s) (a downgrade: apt installs the older pinned packages)"
                 for ch in changes if ch.direction == "downgrade"
                 and ch.component not in NO_DOWNGRADE]
+    warnings += [f"{ch.component} {ch.new} is recorded with the bundle but not applied: "
+                 f"{NOT_PINNED_BY_ROLES[ch.component]}"
+                 for ch in changes if ch.component in NOT_PINNED_BY_ROLES and ch.new]
     rollback = [f"{c}: {why}" for c, why in NO_DOWNGRADE.items()
                 if any(ch.component == c and ch.direction == "upgrade" for ch in changes)]
     kube_change = next((ch for ch in changes if ch.component == "kubernetes"), None)

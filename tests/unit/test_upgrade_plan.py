@@ -170,3 +170,12 @@ def test_workers_wait_for_a_failed_control_plane_only_when_kubernetes_changes() 
     assert gpu.next_batch(["cp2", "w1"], down={"cp3"}) == ["w1"]
     assert gpu.next_batch(["cp2"], down={"cp3"}) == []
     assert "etcd quorum" in gpu.why_none(["cp2"], {"cp3"})
+
+
+def test_plan_says_which_bundle_rows_the_roles_do_not_apply(site: Path) -> None:
+    """containerd, the container toolkit and the charts are recorded with a bundle, but the
+    roles do not pin them: the plan must not let an operator believe they move."""
+    p = plan_of(site, GPU_STACK)
+    notes = [w for w in p.warnings if "recorded with the bundle but not applied" in w]
+    assert any(w.startswith("containerd 1.7.24 ") for w in notes), p.warnings
+    assert not any(w.startswith(("nvidia_driver", "cuda", "dcgm")) for w in notes)
