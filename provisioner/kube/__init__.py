@@ -57,4 +57,9 @@ class KubeClient(Protocol):
 
     def health(self, node: str) -> NodeHealth: ...
 
+    def unavailable(self) -> set[str]:
+        """Nodes not serving now, whoever made them so: unschedulable (cordoned by hand
+        for maintenance, too) or not Ready. One list call."""
+        ...
+
     def pdbs(self) -> list[str]: ...

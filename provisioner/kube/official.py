@@ -118,6 +118,16 @@ class OfficialClient:
                           allocatable_gpus=int(gpus) if gpus.isdigit() else 0,
                           kubelet_version=info.kubelet_version if info else None)
 
+    def unavailable(self) -> set[str]:
+        nodes = self._call("list nodes", self._core.list_node)
+        out = set()
+        for n in nodes.items:
+            conditions = (n.status.conditions if n.status else None) or []
+            ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+            if not ready or bool(n.spec and n.spec.unschedulable):
+                out.add(n.metadata.name)
+        return out
+
     def pdbs(self) -> list[str]:
         res = self._call("list PodDisruptionBudgets",
                          self._policy.list_pod_disruption_budget_for_all_namespaces)

@@ -118,6 +118,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, w: dict[str, Any], method: str, parts: list[str],
                 query: dict[str, list[str]], body: dict[str, Any]
                 ) -> tuple[int, dict[str, Any]]:
+        if parts == ["api", "v1", "nodes"] and method == "GET":
+            return 200, {"apiVersion": "v1", "kind": "NodeList", "metadata": {},
+                         "items": [_node_json(name, n) for name, n in w["nodes"].items()]}
         if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
             node = w["nodes"].get(parts[3])
             if node is None:

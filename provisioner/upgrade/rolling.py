@@ -128,8 +128,23 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
 
     why: list[str] = []  # the scheduler's reason when it found nothing to start
 
+    seen_outside: set[str] = set()
+
     def pick(remaining: Sequence[str]) -> list[str]:
         down = _down(r, remaining)
+        # Down by the cluster's word too: a node cordoned by hand for maintenance, or
+        # NotReady, uses its domain's allowance although the state store says ready (a
+        # pending one counts as well: conservative, never over the limit).
+        try:
+            outside = r.kube.unavailable() & set(r.servers)
+        except ProvisionerError as exc:
+            why.append(f"the Kubernetes API did not answer before the next batch: {exc}")
+            return []
+        for h in sorted(outside - down - seen_outside):
+            j.note(h, "upgrade", "note", "unschedulable or not Ready in the cluster (not by "
+                   "this upgrade): counted as down in its failure domain")
+        seen_outside.update(outside)
+        down |= outside
         batch = r.scheduler.next_batch(remaining, down, workers_total)
         if not batch:
             why.append(r.scheduler.why_none(remaining, down))

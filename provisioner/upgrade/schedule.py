@@ -10,8 +10,10 @@ for good. When it changes no Kubernetes version (a driver, CUDA, DOCA, DCGM or c
 bundle: the common GPU upgrade), nothing orders workers after control planes, and each
 control-plane round carries a worker batch with it.
 
-"Down" counts every node that is not serving: the batch in flight, and nodes a failed gate
-left cordoned. The next batch is chosen only after the last one finished, from what is down
+"Down" counts every node that is not serving: the batch in flight, nodes a failed gate
+left cordoned, and nodes the cluster reports unschedulable or not Ready (cordoned by hand
+for maintenance); upgrading a node that is down already takes nothing more from its
+domain. The next batch is chosen only after the last one finished, from what is down
 *then*, so a failed node keeps using its domain's allowance and the limit is never exceeded.
 Pure functions: `plan` uses them to lay out the batches and the planned time, `apply` to
 pick each batch, and bench/upgrade_sim.py to measure how close the plan is to the bound.
@@ -75,15 +77,19 @@ class Scheduler:
         (`workers_wait`). Empty when nothing may go down now (`why_none` says why)."""
         limits = self.domain_limits()
         used = Counter(self.domains[h] for h in down if h in self.domains)
+        # a pending node that is down already (NotReady, cordoned by hand) takes nothing
+        # more from its domain, or from quorum, when it is upgraded
+        already = set(down)
         batch: list[str] = []
         if any(h in self.control_planes for h in pending):
-            if self.cp_allowed(down):
-                for h in pending:
-                    if h in self.control_planes and used[self.domains[h]] < limits[
-                            self.domains[h]]:
-                        batch.append(h)
-                        used[self.domains[h]] += 1
-                        break
+            for h in pending:
+                if h not in self.control_planes:
+                    continue
+                d = self.domains[h]
+                if h in already or (self.cp_allowed(down) and used[d] < limits[d]):
+                    batch.append(h)
+                    used[d] += h not in already
+                    break
             if self.workers_wait:
                 return batch
         elif self.workers_wait and any(h in self.control_planes for h in down):
@@ -101,9 +107,9 @@ class Scheduler:
             if taken >= size:
                 break
             d = self.domains[h]
-            if used[d] < limits[d]:
+            if h in already or used[d] < limits[d]:
                 batch.append(h)
-                used[d] += 1
+                used[d] += h not in already
                 taken += 1
         return batch
 

@@ -283,3 +283,33 @@ def test_roles_that_cannot_run_fail_the_batch_not_the_run(tmp_path: Path) -> Non
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_node_cordoned_by_hand_uses_its_domains_allowance(tmp_path: Path) -> None:
+    """stor01 is cordoned for maintenance by an operator (the state store says ready): with
+    one node of the rack allowed down, no other may go; the run stops and says why."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    srv, kube = _standin(tmp_path, hosts)
+    try:
+        w = srv.load()
+        w["nodes"]["stor01"]["unschedulable"] = True
+        srv.save(w)
+        opts = apply_mod.ApplyOptions(plan=apply_mod.PlanOptions(batch=1, max_unavailable=1),
+                                      max_failures=1, limit="!stor01")
+        rec = Recorder()
+        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
+                              installer=rec)
+        assert rec.installed == [] and not res.ok
+        assert "max-unavailable" in (res.rolling.stopped or ""), res.rolling.stopped
+        notes = [e.detail.get("note", "") for e in store.events() if e.hostname == "stor01"]
+        assert any("unschedulable or not Ready in the cluster" in n for n in notes)
+        # once it is back, the same run goes through
+        w = srv.load()
+        w["nodes"]["stor01"]["unschedulable"] = False
+        srv.save(w)
+        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
+                              installer=rec)
+        assert res.ok and {h for b in rec.installed for h in b} == set(hosts) - {"stor01"}
+    finally:
+        srv.shutdown()
+        srv.server_close()

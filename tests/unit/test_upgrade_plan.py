@@ -179,3 +179,12 @@ def test_plan_says_which_bundle_rows_the_roles_do_not_apply(site: Path) -> None:
     notes = [w for w in p.warnings if "recorded with the bundle but not applied" in w]
     assert any(w.startswith("containerd 1.7.24 ") for w in notes), p.warnings
     assert not any(w.startswith(("nvidia_driver", "cuda", "dcgm")) for w in notes)
+
+
+def test_a_pending_node_that_is_down_already_takes_nothing_more() -> None:
+    """w1 is NotReady (down) and pending: upgrading it adds no unavailability, so it goes
+    with w2 although the rack allows one down; w3 still waits."""
+    domains = {"w1": "a", "w2": "a", "w3": "a"}
+    s = Scheduler(domains, frozenset(), batch="100%", max_unavailable=2, workers_wait=False)
+    assert s.next_batch(["w1", "w2", "w3"], down={"w1"}) == ["w1", "w2"]
+    assert s.next_batch(["w2", "w3"], down={"w1"}) == ["w2"]  # w1 down, not pending: counts

@@ -119,6 +119,10 @@ class SimCluster:
         with self.lock:
             self.evicted.add(pod.name.rsplit("-", 1)[0])
 
+    def unavailable(self) -> set[str]:
+        with self.lock:  # the sim's cordons are all this run's own: already counted down
+            return set(self.cordoned)
+
     def health(self, node: str) -> NodeHealth:
         return NodeHealth(ready=self.fates[node] != "not_ready", unschedulable=True,
                           allocatable_gpus=8, kubelet_version="v1.32.4")
