@@ -5,7 +5,7 @@ Audit of the models' free-text fields (what each one reaches, and why it is safe
   checked here (a pattern, refused at load with file:line and key):
     Node.labels            kubelet --node-labels / kubeadm config: Kubernetes label syntax
     Kubernetes.version     kubeadm, apt pins and package names: x.y.z only
-    Gpus.model             the nvidia.com/gpu.product label value and group names
+    Gpus.model             the provisioner.io/gpu-model label value and group names
     Software.mirror        a line of apt's sources.list: an http(s) or file URL, no spaces
     Ssh.private_key_file   ansible_ssh_private_key_file (ssh -i): a plain path
     Software.mirror_key    the source of the role's key copy: a plain path

@@ -144,7 +144,9 @@ def _host_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
     labels = {
         "provisioner.io/block": block.name,
         "provisioner.io/rack": h.placement.rack,
-        **({"nvidia.com/gpu.product": gpu.model,
+        # nvidia.com/gpu.product belongs to GPU Feature Discovery, which writes the full
+        # product name (NVIDIA-H100-80GB-HBM3): our own key, or each `up` would flip it back
+        **({"provisioner.io/gpu-model": gpu.model,
             "provisioner.io/gpu-arch": gpu.architecture.value}
            if gpu else {}),
         **({"provisioner.io/nvswitch": "true"} if block.nvswitch else {}),
