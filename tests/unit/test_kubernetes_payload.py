@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import pytest
 import yaml
 
 from provisioner import render, sources
@@ -27,7 +28,10 @@ def _yaml(path: Path) -> Any:
 
 
 def _template(role: str, name: str, **context: Any) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "roles" / role)),
+    # as Ansible's template module searches: the role, and its templates/ for includes
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(
+                                 [str(ROOT / "roles" / role),
+                                  str(ROOT / "roles" / role / "templates")]),
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True)
     env.filters["to_json"] = lambda v: __import__("json").dumps(v)
@@ -253,3 +257,27 @@ def test_one_node_feature_discovery_when_both_operators_run():
     for gpu_operator, enabled in ((True, "false"), (False, "true")):
         assert env.from_string(nfd.replace("| bool", "")).render(
             kubernetes_gpu_operator=gpu_operator) == f"nfd.enabled={enabled}"
+
+
+@pytest.mark.parametrize("api", ["kubeadm.k8s.io/v1beta4", "kubeadm.k8s.io/v1beta3"])
+def test_the_kubelet_node_ip_is_the_management_address_and_calico_takes_it(api):
+    """On a host with management, storage and RoCE NICs the kubelet and Calico must not pick
+    whichever address comes first: node-ip is the management address (v1beta4 takes a list
+    of name/value arguments, v1beta3 a map), and Calico autodetects the InternalIP."""
+    ctx = {**_join_context(cp=True, secrets=False), "kubernetes_kubeadm_api": api,
+           "kubernetes_advertise_address": "10.0.0.21"}
+    init = next(d for d in yaml.safe_load_all(_template(
+        "kubernetes", "kubeadm-init.yaml.j2", **ctx, kubernetes_control_plane_endpoint="x",
+        kubernetes_version="1.31.4", kubernetes_image_repository="", kubernetes_vip="",
+        kubernetes_pod_cidr="10.244.0.0/16", kubernetes_service_cidr="10.96.0.0/12"))
+        if d and d["kind"] == "InitConfiguration")
+    join = yaml.safe_load(_template("kubernetes", "kubeadm-join.yaml.j2", **ctx))
+    want = ([{"name": "node-ip", "value": "10.0.0.21"}] if api.endswith("v1beta4")
+            else {"node-ip": "10.0.0.21"})
+    assert init["nodeRegistration"]["kubeletExtraArgs"] == want
+    assert join["nodeRegistration"]["kubeletExtraArgs"] == want
+    tasks = {t["name"]: t for t in _yaml(ROLE / "tasks/main.yml")}
+    calico = tasks["Calico takes each node's Kubernetes InternalIP (the kubelet's node-ip)"]
+    assert "IP_AUTODETECTION_METHOD=kubernetes-internal-ip" in \
+        calico["ansible.builtin.command"]
+    assert "kubernetes_cni == 'calico'" in calico["when"]
