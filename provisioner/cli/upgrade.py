@@ -110,6 +110,10 @@ def apply_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
               drain_timeout: Annotated[float, typer.Option(
                   "--drain-timeout", min=1.0, help="Seconds to retry evictions a "
                   "PodDisruptionBudget blocks.")] = 600.0,
+              gate_timeout: Annotated[float, typer.Option(
+                  "--gate-timeout", min=0.0, help="Seconds the health gate waits for the "
+                  "node to be Ready with its GPUs allocatable again after the roles and "
+                  "the reboot.")] = 300.0,
               drain_fallback: Annotated[Fallback, typer.Option(
                   "--drain-fallback", help="After the drain timeout: 'none' fails the node "
                   "(it stays cordoned); 'delete' deletes the blocked pods (logged).")]
@@ -144,7 +148,7 @@ def apply_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
     prof = apply_mod.state_file(profile_mod.for_site(loaded), state)
     opts = apply_mod.ApplyOptions(
         plan=_plan_opts(batch, max_unavailable, failure_domain), limit=limit,
-        max_failures=max_failures, forks=forks,
+        max_failures=max_failures, forks=forks, gate_timeout_s=gate_timeout,
         drain=DrainOptions(timeout_s=drain_timeout,
                            fallback_delete=drain_fallback is Fallback.delete))
     out = console(json_out)

@@ -48,6 +48,7 @@ class ApplyOptions:
     forks: int = 20
     lease_stale_s: float = 600.0  # a lease without a heartbeat this long is a dead holder
     lease_heartbeat_s: float = 30.0  # how often the run refreshes its lease
+    gate_timeout_s: float = 300.0  # how long the gate waits for Ready and allocatable GPUs
 
 
 @dataclass
@@ -195,7 +196,8 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
                     frozenset(n.hostname for n in the_plan.nodes if n.reboot) | retarget,
                     {h: (p.block.gpu.count if p.block.gpu else 0) for h, p in plans.items()},
                     opts.max_failures, opts.drain, Clock(sleep=stop.wait),
-                    on_upgraded=upgraded, bundle=target.name)
+                    on_upgraded=upgraded, bundle=target.name,
+                    gate_timeout_s=opts.gate_timeout_s)
         status = "failed"
         try:
             outcome = roll(r, todo, stop)

@@ -54,6 +54,10 @@ class Rolling:
     clock: Clock = field(default_factory=Clock)
     on_upgraded: Callable[[str], None] = lambda _h: None
     bundle: str = ""  # recorded with each cordon: what the node's upgrade moves it to
+    # After a reboot the node's Ready condition and its allocatable GPUs come back late
+    # (kubelet, then the device plugin): the gate's cluster checks are retried this long.
+    gate_timeout_s: float = 300.0
+    gate_retry_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -99,11 +103,11 @@ def run_batch(r: Rolling, batch: list[str], stop: threading.Event) -> None:
             host_checks: Mapping[str, object] = r.installer.gate(todo)
         except ProvisionerError as exc:
             host_checks = dict.fromkeys(todo, f"the gate's playbooks did not run: {exc}")
+        cluster = _cluster_gate_until(r, todo)
+        if cluster is None:  # a stop was requested while waiting: resumable from here
+            return
         for h in todo:
-            try:
-                problems = cluster_gate(r.kube, h, r.gpus.get(h, 0))
-            except ProvisionerError as exc:
-                problems = [str(exc)]
+            problems = list(cluster[h])
             if host_checks.get(h):
                 problems.append(str(host_checks[h]))
             if problems:
@@ -113,6 +117,25 @@ def run_batch(r: Rolling, batch: list[str], stop: threading.Event) -> None:
                 j.move(h, Phase.VERIFIED, "verify", {"gate": "passed"})
     engine.NodeStage([Uncordon(r.kube, r.on_upgraded)],
                      concurrency=max(1, len(batch))).run(j, batch, stop)
+
+
+def _cluster_gate_until(r: Rolling, hosts: Sequence[str]) -> dict[str, list[str]] | None:
+    """The cluster checks for each node, retried until they pass or `gate_timeout_s`
+    passed (None when a stop was requested meanwhile)."""
+    out: dict[str, list[str]] = {}
+    left = list(hosts)
+    start = r.clock.now()
+    while True:
+        for h in left:
+            try:
+                out[h] = cluster_gate(r.kube, h, r.gpus.get(h, 0))
+            except ProvisionerError as exc:
+                out[h] = [str(exc)]
+        left = [h for h in left if out[h]]
+        if not left or r.clock.now() - start >= r.gate_timeout_s:
+            return out
+        if r.clock.sleep(min(r.gate_retry_s, r.gate_timeout_s)):
+            return None
 
 
 def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutcome:

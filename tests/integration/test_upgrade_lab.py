@@ -75,7 +75,8 @@ def upgrade_lab(tmp_path_factory: Any) -> Iterator[tuple[Path, StandInApiServer,
 def apply(site: Path, url: str) -> tuple[int, dict[str, Any], str]:
     proc = provision("upgrade", "apply", str(site), "--to", "2026.11", "--kube-api", url,
                      "--batch", "100%", "--max-unavailable", "3", "--max-failures", "2",
-                     "--drain-timeout", "5", "--json", "--no-progress", timeout=3000)
+                     "--drain-timeout", "5", "--gate-timeout", "2", "--json",
+                     "--no-progress", timeout=3000)
     doc = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
     return proc.returncode, doc, proc.stdout[-3000:] + proc.stderr[-3000:]
 

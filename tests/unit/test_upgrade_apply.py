@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,8 @@ from provisioner.state import StateStore
 from provisioner.upgrade import apply as apply_mod
 from provisioner.upgrade.host import Outcome
 from tests.conftest import EXAMPLE, moved_to
+
+GATE_S = 0.3  # the health gate's wait for Ready (300 s on a site): a NotReady node fails fast
 
 
 class Recorder:
@@ -64,7 +67,8 @@ def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
     srv.start()
     try:
         kube = OfficialClient(url=srv.url)
-        opts = apply_mod.ApplyOptions(plan=apply_mod.PlanOptions(batch=1, max_unavailable=2),
+        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S,
+                                      plan=apply_mod.PlanOptions(batch=1, max_unavailable=2),
                                       max_failures=2)
         rec = Recorder()
         r1 = apply_mod.apply(loaded, "2026.11", kube, {}, opts, profile=profile,
@@ -143,7 +147,7 @@ def test_the_lease_heartbeat_keeps_a_long_run_alive_for_other_machines(
     srv.start()
     try:
         slow = SlowInstaller(store)
-        opts = apply_mod.ApplyOptions(lease_heartbeat_s=0.05)
+        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S, lease_heartbeat_s=0.05)
         r = apply_mod.apply(loaded, "2026.11", OfficialClient(url=srv.url), {}, opts,
                             profile=profile, installer=slow)
     finally:
@@ -187,7 +191,8 @@ def test_limit_leaves_out_a_down_node_but_still_counts_it(tmp_path: Path) -> Non
     _failed_mid_upgrade(store, ["cp01", "dgx01"])
     srv, kube = _standin(tmp_path, hosts)
     try:
-        opts = apply_mod.ApplyOptions(plan=apply_mod.PlanOptions(batch=1, max_unavailable=2),
+        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S,
+                                      plan=apply_mod.PlanOptions(batch=1, max_unavailable=2),
                                       max_failures=5, limit="!cp01,!dgx01")
         rec = Recorder()
         res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
@@ -210,7 +215,8 @@ def test_a_node_up_left_configured_is_not_taken_for_an_upgrade(tmp_path: Path) -
         # rewind dgx02 to configured, as a killed `up` leaves it
         store.transition("dgx02", Phase.OS_READY)
         store.transition("dgx02", Phase.CONFIGURED)
-        opts = apply_mod.ApplyOptions(plan=apply_mod.PlanOptions(batch=2, max_unavailable=2),
+        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S,
+                                      plan=apply_mod.PlanOptions(batch=2, max_unavailable=2),
                                       max_failures=2)
         rec = Recorder()
         res = apply_mod.apply(loaded, "2026.11", kube, {}, opts, profile=profile,
@@ -235,7 +241,8 @@ def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
         w = srv.load()
         w["nodes"]["dgx02"]["ready"] = False
         srv.save(w)
-        opts = apply_mod.ApplyOptions(plan=apply_mod.PlanOptions(batch=2, max_unavailable=2),
+        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S,
+                                      plan=apply_mod.PlanOptions(batch=2, max_unavailable=2),
                                       max_failures=2, limit="dgx01,dgx02")
         apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
                         installer=Recorder())
@@ -272,7 +279,8 @@ def test_roles_that_cannot_run_fail_the_batch_not_the_run(tmp_path: Path) -> Non
     loaded, profile, hosts, _store = _ready_site(tmp_path)
     srv, kube = _standin(tmp_path, hosts)
     try:
-        opts = apply_mod.ApplyOptions(plan=apply_mod.PlanOptions(batch=1, max_unavailable=2),
+        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S,
+                                      plan=apply_mod.PlanOptions(batch=1, max_unavailable=2),
                                       max_failures=1, limit="dgx01,dgx02")
         res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
                               installer=BrokenInstaller())
@@ -294,7 +302,8 @@ def test_a_node_cordoned_by_hand_uses_its_domains_allowance(tmp_path: Path) -> N
         w = srv.load()
         w["nodes"]["stor01"]["unschedulable"] = True
         srv.save(w)
-        opts = apply_mod.ApplyOptions(plan=apply_mod.PlanOptions(batch=1, max_unavailable=1),
+        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S,
+                                      plan=apply_mod.PlanOptions(batch=1, max_unavailable=1),
                                       max_failures=1, limit="!stor01")
         rec = Recorder()
         res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
@@ -310,6 +319,45 @@ def test_a_node_cordoned_by_hand_uses_its_domains_allowance(tmp_path: Path) -> N
         res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
                               installer=rec)
         assert res.ok and {h for b in rec.installed for h in b} == set(hosts) - {"stor01"}
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+class LateReady(Recorder):
+    """dgx02's kubelet reports Ready only a moment after the roles and the reboot (as a
+    real node's kubelet and device plugin come back)."""
+
+    def __init__(self, srv: StandInApiServer) -> None:
+        super().__init__()
+        self.srv = srv
+
+    def gate(self, batch: Sequence[str]) -> Outcome:
+        if "dgx02" in batch:
+            def ready() -> None:
+                w = self.srv.load()
+                w["nodes"]["dgx02"]["ready"] = True
+                self.srv.save(w)
+            threading.Timer(0.5, ready).start()
+        return super().gate(batch)
+
+
+def test_the_gate_waits_for_a_node_that_comes_ready_late(tmp_path: Path) -> None:
+    loaded, profile, hosts, _store = _ready_site(tmp_path)
+    srv, kube = _standin(tmp_path, hosts)
+    try:
+        w = srv.load()
+        w["nodes"]["dgx02"]["ready"] = False
+        srv.save(w)
+        opts = apply_mod.ApplyOptions(gate_timeout_s=60,
+                                      plan=apply_mod.PlanOptions(batch=2, max_unavailable=2),
+                                      max_failures=1, limit="dgx01,dgx02")
+        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
+                              installer=LateReady(srv))
+        assert res.ok, [(n.hostname, n.reason) for n in res.nodes]
+        reads = [e for e in srv.load()["log"] if e["path"] == "/api/v1/nodes/dgx02"
+                 and e["method"] == "GET"]
+        assert len(reads) >= 2  # it asked again until the node was Ready
     finally:
         srv.shutdown()
         srv.server_close()
