@@ -157,12 +157,9 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
         down = _down(r, remaining)
         # Down by the cluster's word too: a node cordoned by hand for maintenance, or
         # NotReady, uses its domain's allowance although the state store says ready (a
-        # pending one counts as well: conservative, never over the limit).
-        try:
-            outside = r.kube.unavailable() & set(r.servers)
-        except ProvisionerError as exc:
-            why.append(f"the Kubernetes API did not answer before the next batch: {exc}")
-            return []
+        # pending one takes nothing more when picked). The API not answering here ends
+        # the run with its KubeError (exit 13), between batches.
+        outside = r.kube.unavailable() & set(r.servers)
         for h in sorted(outside - down - seen_outside):
             j.note(h, "upgrade", "note", "unschedulable or not Ready in the cluster (not by "
                    "this upgrade): counted as down in its failure domain")

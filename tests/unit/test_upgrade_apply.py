@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from unittest import mock
 
-from provisioner.errors import PlaybookError, StateError
+import pytest
+
+from provisioner.errors import KubeError, PlaybookError, StateError
 from provisioner.inventory import load
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import servers
@@ -361,3 +363,20 @@ def test_the_gate_waits_for_a_node_that_comes_ready_late(tmp_path: Path) -> None
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_no_api_server_ends_the_run_with_a_kube_error_before_any_node(tmp_path: Path) -> None:
+    """The cluster is asked before the first batch: no answer is exit 13 (KubeError), and
+    no node was cordoned or installed."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    srv, _ = _standin(tmp_path, hosts)
+    url = srv.url
+    srv.shutdown()
+    srv.server_close()  # nothing listens there any more
+    rec = Recorder()
+    with pytest.raises(KubeError):
+        apply_mod.apply(loaded, _gpu_bundle(loaded), OfficialClient(url=url), {},
+                        apply_mod.ApplyOptions(gate_timeout_s=GATE_S), profile=profile,
+                        installer=rec)
+    assert rec.installed == [] and all(store.node(h).phase is Phase.READY for h in hosts)
+    assert store.lease_holder() is None  # released on the way out
