@@ -174,7 +174,7 @@ def test_join_token_and_certificate_key_reach_no_artifact(tmp_path):
     # and the file with the secrets is gone once the node has joined
     assert not list((tmp_path / "etc").rglob("kubeadm-join.yaml"))
     ran = {(e.host, e.task): e.status for e in result.events}
-    assert ran[("cp02", "Join further control planes and workers")] == "changed"
+    assert ran[("cp02", "Join further control planes, one at a time")] == "changed"
     assert ran[("cp01", "Initialise the first control plane")] == "changed"
 
     # and neither secret is anywhere ansible-runner wrote: stdout, job_events/*.json,

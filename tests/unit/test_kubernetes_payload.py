@@ -158,13 +158,17 @@ def test_join_uses_the_rendered_configuration_and_no_secret_in_argv():
                                        **_join_context(cp=True, secrets=False)))
     assert "discovery" not in on_disk and "certificateKey" not in on_disk["controlPlane"]
     join = {t["name"]: t for t in _yaml(ROLE / "tasks/join.yml")}
-    cmd = join["Join further control planes and workers"]["ansible.builtin.command"]["cmd"]
-    assert cmd == "kubeadm join --config {{ kubernetes_config_dir }}/kubeadm-join.yaml"
+    for task in ("Join further control planes, one at a time", "Join the workers"):
+        cmd = join[task]["ansible.builtin.command"]["cmd"]
+        assert cmd == "kubeadm join --config {{ kubernetes_config_dir }}/kubeadm-join.yaml"
+    # each control plane is a new etcd member: they join one by one
+    assert join["Join further control planes, one at a time"]["throttle"] == 1
+    assert "throttle" not in join["Join the workers"]
     write = join["Write the join configuration with the bootstrap token and certificate key"]
     assert write["ansible.builtin.template"]["mode"] == "0600" and write["no_log"] is True
     carrying = [t for t in join.values() if re.search(
         r"kubeadm-join\.yaml|join_command|upload-certs|token create|kubeadm init", str(t))]
-    assert len(carrying) == 6 and all(t.get("no_log") is True for t in carrying)
+    assert len(carrying) == 7 and all(t.get("no_log") is True for t in carrying)
 
 
 def test_swap_off_now_and_across_reboots():
