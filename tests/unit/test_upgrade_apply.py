@@ -6,11 +6,12 @@ re-run retries only it; then plan sees nothing left to change on any node."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from unittest import mock
 
@@ -69,9 +70,7 @@ def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
     srv.start()
     try:
         kube = OfficialClient(url=srv.url)
-        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S,
-                                      plan=apply_mod.PlanOptions(batch=1, max_unavailable=2),
-                                      max_failures=2)
+        opts = _opts(1, 2, 2)
         rec = Recorder()
         r1 = apply_mod.apply(loaded, "2026.11", kube, {}, opts, profile=profile,
                              installer=rec)
@@ -85,9 +84,7 @@ def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
         upgraded = {e.hostname for e in store.events() if e.kind == "upgraded"}
         assert upgraded == set(hosts) - {"dgx02"}
 
-        w = srv.load()
-        w["nodes"]["dgx02"]["ready"] = True
-        srv.save(w)
+        _set_node(srv, "dgx02", ready=True)
         rec2 = Recorder()
         r2 = apply_mod.apply(loaded, "2026.11", kube, {}, opts, profile=profile,
                              installer=rec2)
@@ -161,11 +158,30 @@ def test_the_lease_heartbeat_keeps_a_long_run_alive_for_other_machines(
     assert store.lease_holder() is None  # released at the end; the beat thread stopped
 
 
-def _standin(tmp_path: Path, hosts: list[str]) -> tuple[StandInApiServer, OfficialClient]:
+def _opts(batch: int, max_unavailable: int, max_failures: int, limit: str | None = None
+          ) -> apply_mod.ApplyOptions:
+    return apply_mod.ApplyOptions(gate_timeout_s=GATE_S, plan=apply_mod.PlanOptions(
+        batch=batch, max_unavailable=max_unavailable), max_failures=max_failures, limit=limit)
+
+
+@contextlib.contextmanager
+def _cluster(tmp_path: Path, hosts: list[str]
+             ) -> Iterator[tuple[StandInApiServer, OfficialClient]]:
+    """The stand-in API server with every node Ready, and the official client on it."""
     srv = StandInApiServer(tmp_path / "world.json")
     srv.save(world(hosts))
     srv.start()
-    return srv, OfficialClient(url=srv.url)
+    try:
+        yield srv, OfficialClient(url=srv.url)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _set_node(srv: StandInApiServer, host: str, **fields: object) -> None:
+    w = srv.load()
+    w["nodes"][host].update(fields)
+    srv.save(w)
 
 
 def _gpu_bundle(loaded: LoadedSite) -> str:
@@ -176,6 +192,17 @@ def _gpu_bundle(loaded: LoadedSite) -> str:
         'kubernetes: "1.32.4"', 'kubernetes: "1.31.4"')
     (loaded.base_dir / "bundles/2026.11-gpu.yaml").write_text(text)
     return "2026.11-gpu"
+
+
+def _nothing_starts(loaded: LoadedSite, profile: Profile, kube: OfficialClient,
+                    opts: apply_mod.ApplyOptions, why: str) -> Recorder:
+    """Apply the GPU bundle: no node may start, and the run says `why`."""
+    rec = Recorder()
+    res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
+                          installer=rec)
+    assert rec.installed == [] and not res.ok
+    assert why in (res.rolling.stopped or ""), res.rolling.stopped
+    return rec
 
 
 def _failed_mid_upgrade(store: StateStore, hosts: list[str]) -> None:
@@ -191,20 +218,10 @@ def test_limit_leaves_out_a_down_node_but_still_counts_it(tmp_path: Path) -> Non
     allowance (2) is spent and a second control plane down would lose etcd quorum."""
     loaded, profile, hosts, store = _ready_site(tmp_path)
     _failed_mid_upgrade(store, ["cp01", "dgx01"])
-    srv, kube = _standin(tmp_path, hosts)
-    try:
-        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S,
-                                      plan=apply_mod.PlanOptions(batch=1, max_unavailable=2),
-                                      max_failures=5, limit="!cp01,!dgx01")
-        rec = Recorder()
-        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
-                              installer=rec)
-        assert rec.installed == [] and not res.ok
-        assert "etcd quorum" in (res.rolling.stopped or ""), res.rolling.stopped
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        _nothing_starts(loaded, profile, kube, _opts(1, 2, 5, limit="!cp01,!dgx01"),
+                        "etcd quorum")
         assert not any(srv.load()["nodes"][h]["unschedulable"] for h in hosts)
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_a_node_up_left_configured_is_not_taken_for_an_upgrade(tmp_path: Path) -> None:
@@ -212,14 +229,11 @@ def test_a_node_up_left_configured_is_not_taken_for_an_upgrade(tmp_path: Path) -
     instead of gating it and recording it on the bundle without its roles ever running."""
     loaded, profile, hosts, store = _ready_site(tmp_path)
     site = [h for h in hosts if h != "dgx02"]
-    srv, kube = _standin(tmp_path, hosts)
-    try:
+    with _cluster(tmp_path, hosts) as (_srv, kube):
         # rewind dgx02 to configured, as a killed `up` leaves it
         store.transition("dgx02", Phase.OS_READY)
         store.transition("dgx02", Phase.CONFIGURED)
-        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S,
-                                      plan=apply_mod.PlanOptions(batch=2, max_unavailable=2),
-                                      max_failures=2)
+        opts = _opts(2, 2, 2)
         rec = Recorder()
         res = apply_mod.apply(loaded, "2026.11", kube, {}, opts, profile=profile,
                               installer=rec)
@@ -228,9 +242,6 @@ def test_a_node_up_left_configured_is_not_taken_for_an_upgrade(tmp_path: Path) -
         assert upgraded == set(site)
         assert store.node("dgx02").phase is Phase.CONFIGURED
         assert any("dgx02 is configured from `provision up`" in n for n in res.notes)
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
@@ -238,20 +249,13 @@ def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
     """dgx02 failed its gate on a GPU bundle (roles ran at it); `--to 2026.10` must run the roles
     at .10 on it, with the reboot step, not gate it as it is and record it on .10."""
     loaded, profile, hosts, store = _ready_site(tmp_path)
-    srv, kube = _standin(tmp_path, hosts)
-    try:
-        w = srv.load()
-        w["nodes"]["dgx02"]["ready"] = False
-        srv.save(w)
-        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S,
-                                      plan=apply_mod.PlanOptions(batch=2, max_unavailable=2),
-                                      max_failures=2, limit="dgx01,dgx02")
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        _set_node(srv, "dgx02", ready=False)
+        opts = _opts(2, 2, 2, limit="dgx01,dgx02")
         apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
                         installer=Recorder())
         assert store.node("dgx02").failed_phase is Phase.CONFIGURED
-        w = srv.load()
-        w["nodes"]["dgx02"]["ready"] = True
-        srv.save(w)
+        _set_node(srv, "dgx02", ready=True)
         rec = Recorder()
         res = apply_mod.apply(loaded, "2026.10", kube, {}, opts, profile=profile,
                               installer=rec)
@@ -263,9 +267,6 @@ def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
         moves = [e.detail for e in store.events() if e.kind == "transition"
                  and e.hostname == "dgx02" and e.to_phase == "upgrading"]
         assert moves[-1].get("from_bundle") == "2026.11-gpu"
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 class BrokenInstaller(Recorder):
@@ -279,51 +280,31 @@ def test_roles_that_cannot_run_fail_the_batch_not_the_run(tmp_path: Path) -> Non
     """The batch's nodes fail with the reason and stay cordoned; the run still returns its
     per-node result (what --json prints) and stops on the failure budget."""
     loaded, profile, hosts, _store = _ready_site(tmp_path)
-    srv, kube = _standin(tmp_path, hosts)
-    try:
-        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S,
-                                      plan=apply_mod.PlanOptions(batch=1, max_unavailable=2),
-                                      max_failures=1, limit="dgx01,dgx02")
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        opts = _opts(1, 2, 1, limit="dgx01,dgx02")
         res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
                               installer=BrokenInstaller())
         [failed] = res.failed
         assert "the roles did not run: ansible-playbook exited 4" in (failed.reason or "")
         assert srv.load()["nodes"][failed.hostname]["unschedulable"] is True
         assert res.rolling.budget_spent and res.rolling.not_started
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_a_node_cordoned_by_hand_uses_its_domains_allowance(tmp_path: Path) -> None:
     """stor01 is cordoned for maintenance by an operator (the state store says ready): with
     one node of the rack allowed down, no other may go; the run stops and says why."""
     loaded, profile, hosts, store = _ready_site(tmp_path)
-    srv, kube = _standin(tmp_path, hosts)
-    try:
-        w = srv.load()
-        w["nodes"]["stor01"]["unschedulable"] = True
-        srv.save(w)
-        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S,
-                                      plan=apply_mod.PlanOptions(batch=1, max_unavailable=1),
-                                      max_failures=1, limit="!stor01")
-        rec = Recorder()
-        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
-                              installer=rec)
-        assert rec.installed == [] and not res.ok
-        assert "max-unavailable" in (res.rolling.stopped or ""), res.rolling.stopped
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        _set_node(srv, "stor01", unschedulable=True)
+        opts = _opts(1, 1, 1, limit="!stor01")
+        rec = _nothing_starts(loaded, profile, kube, opts, "max-unavailable")
         notes = [e.detail.get("note", "") for e in store.events() if e.hostname == "stor01"]
         assert any("unschedulable or not Ready in the cluster" in n for n in notes)
         # once it is back, the same run goes through
-        w = srv.load()
-        w["nodes"]["stor01"]["unschedulable"] = False
-        srv.save(w)
+        _set_node(srv, "stor01", unschedulable=False)
         res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
                               installer=rec)
         assert res.ok and {h for b in rec.installed for h in b} == set(hosts) - {"stor01"}
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 class LateReady(Recorder):
@@ -336,21 +317,14 @@ class LateReady(Recorder):
 
     def gate(self, batch: Sequence[str]) -> Outcome:
         if "dgx02" in batch:
-            def ready() -> None:
-                w = self.srv.load()
-                w["nodes"]["dgx02"]["ready"] = True
-                self.srv.save(w)
-            threading.Timer(0.5, ready).start()
+            threading.Timer(0.5, _set_node, (self.srv, "dgx02"), {"ready": True}).start()
         return super().gate(batch)
 
 
 def test_the_gate_waits_for_a_node_that_comes_ready_late(tmp_path: Path) -> None:
     loaded, profile, hosts, _store = _ready_site(tmp_path)
-    srv, kube = _standin(tmp_path, hosts)
-    try:
-        w = srv.load()
-        w["nodes"]["dgx02"]["ready"] = False
-        srv.save(w)
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        _set_node(srv, "dgx02", ready=False)
         opts = apply_mod.ApplyOptions(gate_timeout_s=60,
                                       plan=apply_mod.PlanOptions(batch=2, max_unavailable=2),
                                       max_failures=1, limit="dgx01,dgx02")
@@ -360,19 +334,14 @@ def test_the_gate_waits_for_a_node_that_comes_ready_late(tmp_path: Path) -> None
         reads = [e for e in srv.load()["log"] if e["path"] == "/api/v1/nodes/dgx02"
                  and e["method"] == "GET"]
         assert len(reads) >= 2  # it asked again until the node was Ready
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_no_api_server_ends_the_run_with_a_kube_error_before_any_node(tmp_path: Path) -> None:
     """The cluster is asked before the first batch: no answer is exit 13 (KubeError), and
     no node was cordoned or installed."""
     loaded, profile, hosts, store = _ready_site(tmp_path)
-    srv, _ = _standin(tmp_path, hosts)
-    url = srv.url
-    srv.shutdown()
-    srv.server_close()  # nothing listens there any more
+    with _cluster(tmp_path, hosts) as (srv, _):
+        url = srv.url  # nothing listens there once it is shut down
     rec = Recorder()
     with pytest.raises(KubeError):
         apply_mod.apply(loaded, _gpu_bundle(loaded), OfficialClient(url=url), {},
