@@ -29,6 +29,9 @@ class PodRef:
     name: str
     owner_kind: str | None = None  # DaemonSet pods are not evicted (kubectl drain's rule)
     mirror: bool = False  # static pods (mirror pods) cannot be evicted
+    # which pod of that name: a StatefulSet pod evicted and recreated under the same name
+    # is another pod (kubectl drain waits on UIDs for that reason)
+    uid: str = ""
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -57,9 +60,9 @@ class KubeClient(Protocol):
 
     def health(self, node: str) -> NodeHealth: ...
 
-    def unavailable(self) -> set[str]:
-        """Nodes not serving now, whoever made them so: unschedulable (cordoned by hand
-        for maintenance, too) or not Ready. One list call."""
+    def unavailable(self) -> dict[str, str]:
+        """Nodes not serving now, whoever made them so, and why: "unschedulable" (cordoned,
+        by hand for maintenance too) or "not Ready". One list call."""
         ...
 
     def pdbs(self) -> list[str]: ...

@@ -81,7 +81,8 @@ class OfficialClient:
             annotations = meta.annotations or {}
             out.append(PodRef(meta.namespace, meta.name,
                               owners[0].kind if owners else None,
-                              "kubernetes.io/config.mirror" in annotations))
+                              "kubernetes.io/config.mirror" in annotations,
+                              meta.uid or ""))
         return out
 
     def evict(self, pod: PodRef, grace_s: int | None = None) -> Eviction:
@@ -118,14 +119,16 @@ class OfficialClient:
                           allocatable_gpus=int(gpus) if gpus.isdigit() else 0,
                           kubelet_version=info.kubelet_version if info else None)
 
-    def unavailable(self) -> set[str]:
+    def unavailable(self) -> dict[str, str]:
         nodes = self._call("list nodes", self._core.list_node)
-        out = set()
+        out = {}
         for n in nodes.items:
             conditions = (n.status.conditions if n.status else None) or []
             ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
-            if not ready or bool(n.spec and n.spec.unschedulable):
-                out.add(n.metadata.name)
+            if n.spec and n.spec.unschedulable:
+                out[n.metadata.name] = "unschedulable"
+            elif not ready:
+                out[n.metadata.name] = "not Ready"
         return out
 
     def pdbs(self) -> list[str]:

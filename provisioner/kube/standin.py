@@ -47,7 +47,8 @@ def _node_json(name: str, n: dict[str, Any]) -> dict[str, Any]:
 
 def _pod_json(p: dict[str, Any]) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": p["name"], "namespace": p["namespace"],
-                            "labels": p.get("labels", {})}
+                            "labels": p.get("labels", {}),
+                            "uid": p.get("uid", f"uid-{p['namespace']}-{p['name']}")}
     if p.get("owner"):
         meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": p["owner"],
                                     "name": p["name"] + "-owner", "uid": "0"}]
@@ -59,11 +60,16 @@ def _pod_json(p: dict[str, Any]) -> dict[str, Any]:
 
 def _delete(w: dict[str, Any], pod: dict[str, Any]) -> None:
     """Gone at once, or (with `terminating_lists`) terminating for that many pod lists, as a
-    pod in its termination grace period stays listed with a deletionTimestamp."""
+    pod in its termination grace period stays listed with a deletionTimestamp. With
+    `recreate`, its controller makes it again at once (a StatefulSet pod that tolerates the
+    cordon): same name, another UID."""
     if pod.get("terminating_lists", 0) > 0:
         pod["deleting"] = True
     else:
         w["pods"].remove(pod)
+    if pod.pop("recreate", False):  # its controller makes it again, same name, new UID
+        w["pods"].append({k: v for k, v in pod.items() if k not in (
+            "deleting", "terminating_lists")} | {"uid": f"uid-{pod['name']}-2"})
 
 
 def _covering(w: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ Nothing here prints; the CLI turns the result into output and an exit code.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -87,15 +88,18 @@ def recorded_versions(store: StateStore | None, hosts: Sequence[str],
 
 
 def in_flight(store: StateStore, hosts: Collection[str]) -> dict[str, str | None]:
-    """The bundle each node's unfinished upgrade moves it to: the one it was cordoned for,
-    until it is ready again. None: no upgrade in flight (a node `up` has not finished is on
-    the bring-up path); "": cordoned by a run that did not record its bundle."""
+    """The bundle each node's unfinished upgrade moves it to: the one it was cordoned for
+    (or last retargeted to, or whose roles ran last), until it is ready again. None: no
+    upgrade in flight (a node `up` has not finished is on the bring-up path); "": cordoned
+    by a run that did not record its bundle."""
     out: dict[str, str | None] = dict.fromkeys(hosts)
     for ev in store.events():
         if ev.kind != "transition" or ev.hostname not in out:
             continue
         if ev.to_phase == Phase.CORDONED.value:
             out[ev.hostname] = str(ev.detail.get("bundle", ""))
+        elif ev.to_phase != Phase.READY.value and "bundle" in ev.detail:
+            out[ev.hostname] = str(ev.detail["bundle"])  # retargeted, or the roles ran at it
         elif ev.to_phase == Phase.READY.value:
             out[ev.hostname] = None
     return out
@@ -119,7 +123,7 @@ def plan(loaded: LoadedSite, bundle_name: str, opts: PlanOptions | None = None,
     store = StateStore(profile.state_path) if profile.state_path.exists() else None
     names = [p.hostname for p in servers(loaded)]
     current = recorded_versions(store, names, from_software(loaded.site.software).components())
-    return make_plan(loaded, hosts, target, current, opts, cps), target
+    return make_plan(loaded, hosts, target, current, opts, cps, servers(loaded)), target
 
 
 def _refuse(p: UpgradePlan) -> None:
@@ -149,6 +153,7 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
     with store.lease(command, stale_after_s=opts.lease_stale_s,
                      heartbeat_s=opts.lease_heartbeat_s, on_lost=stop.set) as lease_notes, \
             store.exclusive():
+        taken_over = len(lease_notes)  # the heartbeat appends a lost lease's note later
         notes = list(lease_notes) + leftovers.after_killed_runs(store)
         run_id = store.start_run(command)
         journal = engine.Journal(store, run_id, progress)
@@ -201,10 +206,15 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
         status = "failed"
         try:
             outcome = roll(r, todo, stop)
+            # a node `up` has not finished is not on the bundle either: not started (exit 9)
+            outcome = dataclasses.replace(outcome, not_started=outcome.not_started + sorted(
+                h for h in not_upgrading if any(n.hostname == h and n.changes
+                                                for n in the_plan.nodes)))
             status = ("interrupted" if stop.is_set() else
                       "failed" if outcome.failed or outcome.not_started else "ok")
         finally:
             store.end_run(run_id, status)
+        notes += lease_notes[taken_over:]
     if profile.lab:
         notes.append("lab: the Kubernetes API is the stand-in server; GPU checks of the "
                      "health gate (driver and fabric manager versions, GPU count, DCGM "

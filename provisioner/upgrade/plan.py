@@ -245,10 +245,12 @@ def _kube_rules(target: str, current: Mapping[str, Versions], cps: Sequence[str]
 
 def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
               current: Mapping[str, Versions], opts: PlanOptions,
-              all_control_planes: Sequence[str] = ()) -> UpgradePlan:
+              all_control_planes: Sequence[str] = (),
+              site_hosts: Sequence[HostPlan] = ()) -> UpgradePlan:
     """The plan for moving `hosts` (the selected servers) to `target`. `current` holds what
     each node runs now (state's last bundle, or the site's pins); `all_control_planes` are
-    every control plane of the site, selected or not (the API server's version)."""
+    every control plane of the site, selected or not (the API server's version);
+    `site_hosts` every server, whose domains and roles the batches count (as `apply`)."""
     new = target.components()
     refusals = _site_rules(loaded, target, any(h.block.nvswitch for h in hosts))
     cps = list(all_control_planes) or [h.hostname for h in hosts if h.control_plane]
@@ -287,7 +289,7 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
              "the API server" if kube_change is not None else
              "workers go alongside the control planes (still one at a time, within each "
              "domain's limit): the bundle changes no Kubernetes version")
-    sched = scheduler(loaded, hosts, opts, workers_wait)
+    sched = scheduler(loaded, site_hosts or hosts, opts, workers_wait)
     todo = [n.hostname for n in nodes if n.changes]
     if 0 < len(cps) < 3 and any(n.control_plane for n in nodes if n.changes):
         warnings.append(f"{len(cps)} control plane(s): the API server is unavailable while "

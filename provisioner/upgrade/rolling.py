@@ -92,7 +92,9 @@ def run_batch(r: Rolling, batch: list[str], stop: threading.Event) -> None:
             installed = dict.fromkeys(todo, f"the roles did not run: {exc}")
         for h, why in installed.items():
             if why is None:
-                j.move(h, Phase.CONFIGURED, "upgrade", {"reboot": h in r.reboot})
+                j.move(h, Phase.CONFIGURED, "upgrade", {"reboot": h in r.reboot,
+                                                        **({"bundle": r.bundle}
+                                                           if r.bundle else {})})
             else:
                 j.fail(h, "upgrade", why)
     todo = [h for h in batch if j.phase(h) is Phase.CONFIGURED]
@@ -154,20 +156,30 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
     seen_outside: set[str] = set()
 
     def pick(remaining: Sequence[str]) -> list[str]:
-        down = _down(r, remaining)
+        ours = _down(r, remaining)  # down because this upgrade has not finished them
         # Down by the cluster's word too: a node cordoned by hand for maintenance, or
-        # NotReady, uses its domain's allowance although the state store says ready (a
-        # pending one takes nothing more when picked). The API not answering here ends
-        # the run with its KubeError (exit 13), between batches.
-        outside = r.kube.unavailable() & set(r.servers)
-        for h in sorted(outside - down - seen_outside):
-            j.note(h, "upgrade", "note", "unschedulable or not Ready in the cluster (not by "
-                   "this upgrade): counted as down in its failure domain")
+        # NotReady, uses its domain's allowance (and counts for quorum) although the state
+        # store says ready. A pending one cordoned by someone else is left alone (never
+        # drained, upgraded or uncordoned by this run: the operator's cordon stays) and
+        # ends as not started. The API not answering here ends the run with its KubeError
+        # (exit 13), between batches.
+        servers = set(r.servers)
+        outside = {h: why for h, why in r.kube.unavailable().items() if h in servers}
+        cordoned_by_others = {h for h, why in outside.items() if why == "unschedulable"}
+        for h in sorted(set(outside) - ours - seen_outside):
+            j.note(h, "upgrade", "note", f"{outside[h]} in the cluster (not by this "
+                   "upgrade): counted as down in its failure domain"
+                   + (", and left alone" if h in remaining and h in cordoned_by_others
+                      else ""))
         seen_outside.update(outside)
-        down |= outside
-        batch = r.scheduler.next_batch(remaining, down, workers_total)
+        candidates = [h for h in remaining if h not in cordoned_by_others]
+        down = ours | set(outside)
+        batch = r.scheduler.next_batch(candidates, down, workers_total, unfinished=ours)
         if not batch:
-            why.append(r.scheduler.why_none(remaining, down))
+            left_alone = sorted(set(remaining) & cordoned_by_others)
+            why.append(r.scheduler.why_none(candidates, down, unfinished=ours)
+                       if candidates else "left alone, cordoned in the cluster (not by "
+                       f"this upgrade): {', '.join(left_alone)}")
         return batch
 
     failed_early = sum(1 for h in resumed if j.phase(h) is Phase.FAILED)

@@ -11,10 +11,11 @@ bundle: the common GPU upgrade), nothing orders workers after control planes, an
 control-plane round carries a worker batch with it.
 
 "Down" counts every node that is not serving: the batch in flight, nodes a failed gate
-left cordoned, and nodes the cluster reports unschedulable or not Ready (cordoned by hand
-for maintenance); upgrading a node that is down already takes nothing more from its
-domain. The next batch is chosen only after the last one finished, from what is down
-*then*, so a failed node keeps using its domain's allowance and the limit is never exceeded.
+left cordoned, and nodes the cluster reports unschedulable (cordoned by hand for
+maintenance: `apply` leaves those alone) or not Ready; a pending node that is not Ready
+takes nothing more from its domain when upgraded. The next batch is chosen only after the last
+one finished, from what is down *then*, so a failed node keeps using its domain's
+allowance and the limit is never exceeded.
 Pure functions: `plan` uses them to lay out the batches and the planned time, `apply` to
 pick each batch, and bench/upgrade_sim.py to measure how close the plan is to the bound.
 """
@@ -71,14 +72,19 @@ class Scheduler:
         return cp_down == 0
 
     def next_batch(self, pending: Sequence[str], down: Collection[str],
-                   workers_total: int | None = None) -> list[str]:
+                   workers_total: int | None = None,
+                   unfinished: Collection[str] | None = None) -> list[str]:
         """The next batch from `pending` given the hosts `down` now (not in `pending`): at
         most one control plane, and workers unless they must wait for the control planes
-        (`workers_wait`). Empty when nothing may go down now (`why_none` says why)."""
+        (`workers_wait`). Empty when nothing may go down now (`why_none` says why).
+        `unfinished`: the hosts down because this upgrade has not finished them (default:
+        all of `down`); a control plane down for another reason (cordoned by hand) uses its
+        domain's allowance and quorum, but says nothing of the API server's version."""
         limits = self.domain_limits()
         used = Counter(self.domains[h] for h in down if h in self.domains)
-        # a pending node that is down already (NotReady, cordoned by hand) takes nothing
-        # more from its domain, or from quorum, when it is upgraded
+        # A pending node that is down already (NotReady) takes nothing more from its
+        # domain when it is upgraded; quorum is still checked as if it went down now (a
+        # NotReady control plane's etcd member may still be serving).
         already = set(down)
         batch: list[str] = []
         if any(h in self.control_planes for h in pending):
@@ -86,13 +92,14 @@ class Scheduler:
                 if h not in self.control_planes:
                     continue
                 d = self.domains[h]
-                if h in already or (self.cp_allowed(down) and used[d] < limits[d]):
+                if self.cp_allowed(already - {h}) and (h in already or used[d] < limits[d]):
                     batch.append(h)
                     used[d] += h not in already
                     break
             if self.workers_wait:
                 return batch
-        elif self.workers_wait and any(h in self.control_planes for h in down):
+        elif self.workers_wait and any(h in self.control_planes
+                                       for h in (down if unfinished is None else unfinished)):
             return []  # a failed control plane may still serve the old API version
         workers = [h for h in pending if h not in self.control_planes]
         total = workers_total if workers_total is not None else len(workers)
@@ -113,14 +120,17 @@ class Scheduler:
                 taken += 1
         return batch
 
-    def why_none(self, pending: Sequence[str], down: Collection[str]) -> str:
+    def why_none(self, pending: Sequence[str], down: Collection[str],
+                 unfinished: Collection[str] | None = None) -> str:
         """Why `next_batch` is empty: what a stopped run reports."""
         cps_down = sorted(h for h in down if h in self.control_planes)
-        if self.workers_wait and cps_down and not any(h in self.control_planes
-                                                      for h in pending):
+        waiting_on = sorted(h for h in (down if unfinished is None else unfinished)
+                            if h in self.control_planes)
+        if self.workers_wait and waiting_on and not any(h in self.control_planes
+                                                        for h in pending):
             return ("workers wait for every control plane (the bundle changes Kubernetes "
                     "and a kubelet is never newer than the API server): "
-                    f"{', '.join(cps_down)} did not finish")
+                    f"{', '.join(waiting_on)} did not finish")
         if any(h in self.control_planes for h in pending) and not self.cp_allowed(down):
             return (f"no control plane may go down: {', '.join(cps_down)} already down "
                     "(etcd quorum); " + (

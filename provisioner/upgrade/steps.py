@@ -118,15 +118,15 @@ class Drain:
         """Wait until the evicted pods have terminated (their grace period: a training job
         writing its checkpoint), as `kubectl drain` does: the roles then stop containerd and
         unload the driver under no workload. The polls it took."""
-        want = {(p.namespace, p.name) for p in pods}
+        want = {(p.namespace, p.name, p.uid) for p in pods}
         polls = 0
         while want:
-            want &= {(p.namespace, p.name) for p in self.kube.pods_on(host)}
+            want &= {(p.namespace, p.name, p.uid) for p in self.kube.pods_on(host)}
             if not want:
                 break
             polls += 1
             if self.clock.now() - start >= self.timeout_s:
-                names = ", ".join(sorted(f"{ns}/{n}" for ns, n in want)[:5])
+                names = ", ".join(sorted(f"{ns}/{n}" for ns, n, _uid in want)[:5])
                 raise StepFailed(f"drain: {len(want)} evicted pod(s) still terminating after "
                                  f"{self.timeout_s:g} s ({names}); the node stays cordoned")
             if self.clock.sleep(self.retry_s):

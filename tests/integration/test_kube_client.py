@@ -108,3 +108,18 @@ def test_drain_fails_when_evicted_pods_never_terminate(api: StandInApiServer) ->
     with pytest.raises(StepFailed, match=r"2 evicted pod\(s\) still terminating"):
         drain("n1", None)
     assert {p["name"] for p in api.load()["pods"]} == {"dp", "job-a", "job-b"}
+
+
+def test_drain_does_not_wait_for_a_pod_recreated_under_the_same_name(
+        api: StandInApiServer) -> None:
+    """A StatefulSet pod that tolerates the cordon comes back at once under the same name:
+    another pod (another UID), which the drain must not wait for, as kubectl drain."""
+    _terminating_world(api, 0)
+    w = api.load()
+    w["pods"][1]["recreate"] = True  # job-a
+    api.save(w)
+    detail = Drain(OfficialClient(url=api.url), None, timeout_s=5,  # type: ignore[arg-type]
+                   retry_s=0.01)("n1", None)
+    assert detail["evicted"] == 2 and detail["terminating_polls"] == 0
+    left = {p["name"]: p.get("uid") for p in api.load()["pods"]}
+    assert left == {"dp": None, "job-a": "uid-job-a-2"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -242,6 +243,7 @@ def test_a_node_up_left_configured_is_not_taken_for_an_upgrade(tmp_path: Path) -
         assert upgraded == set(site)
         assert store.node("dgx02").phase is Phase.CONFIGURED
         assert any("dgx02 is configured from `provision up`" in n for n in res.notes)
+        assert res.rolling.not_started == ["dgx02"] and not res.ok  # not on the bundle
 
 
 def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
@@ -267,6 +269,25 @@ def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
         moves = [e.detail for e in store.events() if e.kind == "transition"
                  and e.hostname == "dgx02" and e.to_phase == "upgrading"]
         assert moves[-1].get("from_bundle") == "2026.11-gpu"
+
+
+def test_a_retargeted_node_retried_toward_the_same_bundle_is_not_reinstalled(
+        tmp_path: Path) -> None:
+    """Rolled back to 2026.10 (roles ran at it) and failed its gate again: the next try
+    toward 2026.10 resumes at the gate, without the roles and a reboot once more."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        _set_node(srv, "dgx02", ready=False)
+        opts = _opts(2, 2, 2, limit="dgx01,dgx02")
+        for bundle in (_gpu_bundle(loaded), "2026.10"):  # fails on each: not Ready
+            apply_mod.apply(loaded, bundle, kube, {}, opts, profile=profile,
+                            installer=Recorder())
+            assert store.node("dgx02").failed_phase is Phase.CONFIGURED
+        _set_node(srv, "dgx02", ready=True)
+        rec = Recorder()
+        res = apply_mod.apply(loaded, "2026.10", kube, {}, opts, profile=profile,
+                              installer=rec)
+        assert res.ok and rec.installed == [] and rec.rebooted == []
 
 
 class BrokenInstaller(Recorder):
@@ -299,12 +320,32 @@ def test_a_node_cordoned_by_hand_uses_its_domains_allowance(tmp_path: Path) -> N
         opts = _opts(1, 1, 1, limit="!stor01")
         rec = _nothing_starts(loaded, profile, kube, opts, "max-unavailable")
         notes = [e.detail.get("note", "") for e in store.events() if e.hostname == "stor01"]
-        assert any("unschedulable or not Ready in the cluster" in n for n in notes)
+        assert any("unschedulable in the cluster (not by this upgrade)" in n for n in notes)
         # once it is back, the same run goes through
         _set_node(srv, "stor01", unschedulable=False)
         res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
                               installer=rec)
         assert res.ok and {h for b in rec.installed for h in b} == set(hosts) - {"stor01"}
+
+
+def test_a_selected_node_cordoned_by_hand_is_left_alone_and_stays_cordoned(
+        tmp_path: Path) -> None:
+    """stor01 is selected but cordoned for maintenance: never drained, upgraded or
+    uncordoned by the run (the operator's cordon stays), reported not started (exit 9);
+    with two down allowed, the others go on beside it."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        _set_node(srv, "stor01", unschedulable=True)
+        rec = Recorder()
+        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, _opts(1, 2, 1),
+                              profile=profile, installer=rec)
+        assert {h for b in rec.installed for h in b} == set(hosts) - {"stor01"}
+        assert res.rolling.not_started == ["stor01"] and not res.ok
+        assert "left alone" in (res.rolling.stopped or ""), res.rolling.stopped
+        assert srv.load()["nodes"]["stor01"]["unschedulable"] is True
+        assert store.node("stor01").phase is Phase.READY
+        assert not [e for e in store.events("stor01") if e.kind == "transition"
+                    and e.run_id == res.run_id]
 
 
 class LateReady(Recorder):
@@ -349,3 +390,32 @@ def test_no_api_server_ends_the_run_with_a_kube_error_before_any_node(tmp_path: 
                         installer=rec)
     assert rec.installed == [] and all(store.node(h).phase is Phase.READY for h in hosts)
     assert store.lease_holder() is None  # released on the way out
+
+
+class TakenOver(Recorder):
+    """While the first batch installs, a runner elsewhere takes the site's lease over (as
+    after this run's heartbeat had gone stale): the install waits until this run noticed."""
+
+    def __init__(self, store: StateStore, stop_seen: threading.Event) -> None:
+        super().__init__()
+        self.store, self.stop_seen = store, stop_seen
+
+    def install(self, batch: Sequence[str], reboot: Sequence[str]) -> Outcome:
+        if not self.installed:
+            with sqlite3.connect(self.store.path) as con:
+                con.execute("UPDATE lease SET host = 'runner-elsewhere', pid = 1, "
+                            "holder = '' WHERE id = 1")
+            assert self.stop_seen.wait(60)
+        return super().install(batch, reboot)
+
+
+def test_a_run_whose_lease_was_taken_over_stops_and_says_so(tmp_path: Path) -> None:
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    stop = threading.Event()
+    with _cluster(tmp_path, hosts) as (_srv, kube):
+        opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S, lease_heartbeat_s=0.05)
+        res = apply_mod.apply(loaded, "2026.11", kube, {}, opts, profile=profile,
+                              installer=TakenOver(store, stop), stop=stop)
+    assert res.interrupted and not res.ok
+    assert any("lost the site lease" in n for n in res.notes), res.notes
+    assert store.lease_holder()["host"] == "runner-elsewhere"  # its row is left alone

@@ -181,10 +181,28 @@ def test_plan_says_which_bundle_rows_the_roles_do_not_apply(site: Path) -> None:
     assert not any(w.startswith(("nvidia_driver", "cuda", "dcgm")) for w in notes)
 
 
-def test_a_pending_node_that_is_down_already_takes_nothing_more() -> None:
+def test_a_control_plane_down_for_another_reason_does_not_hold_the_workers() -> None:
+    """Kubernetes changes and every control plane is done; cp3 is then cordoned by hand: it
+    uses its domain's allowance and quorum, but the API servers are all new, so the
+    workers go on (only a control plane this upgrade has not finished holds them)."""
+    domains = {"cp1": "a", "cp2": "b", "cp3": "c", "w1": "a", "w2": "b"}
+    kube = Scheduler(domains, frozenset({"cp1", "cp2", "cp3"}), batch="100%",
+                     max_unavailable=1, workers_wait=True)
+    assert kube.next_batch(["w1", "w2"], down={"cp3"}) == []  # a failed cp3 holds them
+    assert kube.next_batch(["w1", "w2"], down={"cp3"}, unfinished=set()) == ["w1", "w2"]
+    assert kube.next_batch(["w1", "w2"], down={"cp1"}, unfinished=set()) == ["w2"]
+    assert "cp3 did not finish" in kube.why_none(["w1"], {"cp3"}, unfinished={"cp3"})
+
+
+def test_a_pending_node_that_is_not_ready_takes_nothing_more_but_quorum_holds() -> None:
     """w1 is NotReady (down) and pending: upgrading it adds no unavailability, so it goes
-    with w2 although the rack allows one down; w3 still waits."""
+    with w2 although the rack allows two down and w1 counts; a NotReady control plane is
+    still checked for quorum as if it went down now."""
     domains = {"w1": "a", "w2": "a", "w3": "a"}
     s = Scheduler(domains, frozenset(), batch="100%", max_unavailable=2, workers_wait=False)
     assert s.next_batch(["w1", "w2", "w3"], down={"w1"}) == ["w1", "w2"]
     assert s.next_batch(["w2", "w3"], down={"w1"}) == ["w2"]  # w1 down, not pending: counts
+    cps = {"cp1": "a", "cp2": "b", "cp3": "c"}
+    q = Scheduler(cps, frozenset(cps), batch="100%", max_unavailable=1, workers_wait=True)
+    assert q.next_batch(["cp1", "cp3"], down={"cp1", "cp2"}) == []  # cp2 failed: quorum
+    assert q.next_batch(["cp1", "cp3"], down={"cp1"}) == ["cp1"]

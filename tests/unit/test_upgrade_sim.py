@@ -119,9 +119,9 @@ class SimCluster:
         with self.lock:
             self.evicted.add(pod.name.rsplit("-", 1)[0])
 
-    def unavailable(self) -> set[str]:
+    def unavailable(self) -> dict[str, str]:
         with self.lock:  # the sim's cordons are all this run's own: already counted down
-            return set(self.cordoned)
+            return dict.fromkeys(self.cordoned, "unschedulable")
 
     def health(self, node: str) -> NodeHealth:
         return NodeHealth(ready=self.fates[node] != "not_ready", unschedulable=True,
