@@ -248,46 +248,33 @@ def test_a_node_up_left_configured_is_not_taken_for_an_upgrade(tmp_path: Path) -
 
 def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
         tmp_path: Path) -> None:
-    """dgx02 failed its gate on a GPU bundle (roles ran at it); `--to 2026.10` must run the roles
-    at .10 on it, with the reboot step, not gate it as it is and record it on .10."""
+    """dgx02 failed its gate on a GPU bundle (roles ran at it); `--to 2026.10` must run the
+    roles at .10 on it, with the reboot step, not gate it as it is and record it on .10.
+    When it fails its gate again there, the next try toward 2026.10 resumes at the gate,
+    without the roles and a reboot once more."""
     loaded, profile, hosts, store = _ready_site(tmp_path)
     with _cluster(tmp_path, hosts) as (srv, kube):
         _set_node(srv, "dgx02", ready=False)
         opts = _opts(2, 2, 2, limit="dgx01,dgx02")
-        apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, opts, profile=profile,
-                        installer=Recorder())
-        assert store.node("dgx02").failed_phase is Phase.CONFIGURED
+        runs = []
+        for bundle in (_gpu_bundle(loaded), "2026.10"):  # fails on each: not Ready
+            runs.append(Recorder())
+            apply_mod.apply(loaded, bundle, kube, {}, opts, profile=profile,
+                            installer=runs[-1])
+            assert store.node("dgx02").failed_phase is Phase.CONFIGURED
+        assert "dgx02" in {h for b in runs[1].installed for h in b}  # retargeted: roles
+        assert "dgx02" in runs[1].rebooted
+        moves = [e.detail for e in store.events() if e.kind == "transition"
+                 and e.hostname == "dgx02" and e.to_phase == "upgrading"]
+        assert moves[-1].get("from_bundle") == "2026.11-gpu"
         _set_node(srv, "dgx02", ready=True)
         rec = Recorder()
         res = apply_mod.apply(loaded, "2026.10", kube, {}, opts, profile=profile,
                               installer=rec)
         assert res.ok, [(n.hostname, n.reason) for n in res.nodes]
-        assert "dgx02" in {h for b in rec.installed for h in b}
-        assert "dgx02" in rec.rebooted
+        assert rec.installed == [] and rec.rebooted == []  # same target: from its gate
         last = [e for e in store.events() if e.kind == "upgraded" and e.hostname == "dgx02"]
         assert last[-1].detail["bundle"] == "2026.10"
-        moves = [e.detail for e in store.events() if e.kind == "transition"
-                 and e.hostname == "dgx02" and e.to_phase == "upgrading"]
-        assert moves[-1].get("from_bundle") == "2026.11-gpu"
-
-
-def test_a_retargeted_node_retried_toward_the_same_bundle_is_not_reinstalled(
-        tmp_path: Path) -> None:
-    """Rolled back to 2026.10 (roles ran at it) and failed its gate again: the next try
-    toward 2026.10 resumes at the gate, without the roles and a reboot once more."""
-    loaded, profile, hosts, store = _ready_site(tmp_path)
-    with _cluster(tmp_path, hosts) as (srv, kube):
-        _set_node(srv, "dgx02", ready=False)
-        opts = _opts(2, 2, 2, limit="dgx01,dgx02")
-        for bundle in (_gpu_bundle(loaded), "2026.10"):  # fails on each: not Ready
-            apply_mod.apply(loaded, bundle, kube, {}, opts, profile=profile,
-                            installer=Recorder())
-            assert store.node("dgx02").failed_phase is Phase.CONFIGURED
-        _set_node(srv, "dgx02", ready=True)
-        rec = Recorder()
-        res = apply_mod.apply(loaded, "2026.10", kube, {}, opts, profile=profile,
-                              installer=rec)
-        assert res.ok and rec.installed == [] and rec.rebooted == []
 
 
 class BrokenInstaller(Recorder):
