@@ -15,6 +15,9 @@ from typing import Protocol
 
 # The extended resource the NVIDIA device plugin advertises (k8s-device-plugin README).
 GPU_RESOURCE = "nvidia.com/gpu"
+# Set with our own cordon, removed with our uncordon: a node cordoned with it is ours (a
+# run killed between the cordon and its record), one cordoned without it an operator's.
+CORDONED_BY = "provisioner.io/cordoned-by"
 
 
 class Eviction(StrEnum):
@@ -61,8 +64,9 @@ class KubeClient(Protocol):
     def health(self, node: str) -> NodeHealth: ...
 
     def unavailable(self) -> dict[str, str]:
-        """Nodes not serving now, whoever made them so, and why: "unschedulable" (cordoned,
-        by hand for maintenance too) or "not Ready". One list call."""
+        """Nodes not serving now, whoever made them so, and why: "unschedulable" (cordoned
+        by someone else: maintenance), "cordoned by provisioner" (our own cordon, carrying
+        CORDONED_BY) or "not Ready". One list call."""
         ...
 
     def pdbs(self) -> list[str]: ...

@@ -18,7 +18,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException  # type: ignore[import-untyped]
 
 from provisioner.errors import KubeError
-from provisioner.kube import GPU_RESOURCE, Eviction, NodeHealth, PodRef
+from provisioner.kube import CORDONED_BY, GPU_RESOURCE, Eviction, NodeHealth, PodRef
 from provisioner.secrets import Secret
 
 T = TypeVar("T")
@@ -62,8 +62,11 @@ class OfficialClient:
                             hint="check the URL or kubeconfig and the network") from None
 
     def _schedulable(self, node: str, unschedulable: bool) -> None:
+        # the annotation marks the cordon as ours (null removes it: a merge patch)
+        mark = {CORDONED_BY: "upgrade" if unschedulable else None}
         self._call(f"{'cordon' if unschedulable else 'uncordon'} {node}",
-                   self._core.patch_node, node, {"spec": {"unschedulable": unschedulable}})
+                   self._core.patch_node, node, {"spec": {"unschedulable": unschedulable},
+                                                 "metadata": {"annotations": mark}})
 
     def cordon(self, node: str) -> None:
         self._schedulable(node, True)
@@ -126,7 +129,8 @@ class OfficialClient:
             conditions = (n.status.conditions if n.status else None) or []
             ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
             if n.spec and n.spec.unschedulable:
-                out[n.metadata.name] = "unschedulable"
+                ours = CORDONED_BY in (n.metadata.annotations or {})
+                out[n.metadata.name] = "cordoned by provisioner" if ours else "unschedulable"
             elif not ready:
                 out[n.metadata.name] = "not Ready"
         return out

@@ -37,7 +37,8 @@ def _node_json(name: str, n: dict[str, Any]) -> dict[str, Any]:
                                     "kernelVersion", "kubeProxyVersion", "machineID",
                                     "operatingSystem", "osImage", "systemUUID")}
     info["kubeletVersion"] = n.get("kubelet", "v0.0.0")
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": n.get("annotations", {})},
             "spec": {"unschedulable": bool(n.get("unschedulable"))},
             "status": {"conditions": [{"type": "Ready",
                                        "status": "True" if n.get("ready") else "False"}],
@@ -135,6 +136,12 @@ class _Handler(BaseHTTPRequestHandler):
                 spec = body.get("spec", {})
                 if "unschedulable" in spec:
                     node["unschedulable"] = bool(spec["unschedulable"])
+                for key, value in body.get("metadata", {}).get("annotations", {}).items():
+                    notes = node.setdefault("annotations", {})
+                    if value is None:  # a merge patch's null removes the key
+                        notes.pop(key, None)
+                    else:
+                        notes[key] = value
             return 200, _node_json(parts[3], node)
         if parts == ["api", "v1", "pods"] and method == "GET":
             sel = (query.get("fieldSelector") or [""])[0]

@@ -166,6 +166,10 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
         servers = set(r.servers)
         outside = {h: why for h, why in r.kube.unavailable().items() if h in servers}
         cordoned_by_others = {h for h, why in outside.items() if why == "unschedulable"}
+        # a selected control plane left alone still serves the old API version: it holds
+        # the workers as one this upgrade has not finished
+        unfinished = ours | {h for h in remaining if h in cordoned_by_others
+                             and h in r.scheduler.control_planes}
         for h in sorted(set(outside) - ours - seen_outside):
             j.note(h, "upgrade", "note", f"{outside[h]} in the cluster (not by this "
                    "upgrade): counted as down in its failure domain"
@@ -174,10 +178,15 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
         seen_outside.update(outside)
         candidates = [h for h in remaining if h not in cordoned_by_others]
         down = ours | set(outside)
-        batch = r.scheduler.next_batch(candidates, down, workers_total, unfinished=ours)
+        # an operator's cordon leaves etcd serving; NotReady, or our own unrecorded
+        # cordon (a killed run mid-upgrade), may not
+        etcd_down = ours | {h for h, why in outside.items() if why != "unschedulable"}
+        batch = r.scheduler.next_batch(candidates, down, workers_total, unfinished=unfinished,
+                                       etcd_down=etcd_down)
         if not batch:
             left_alone = sorted(set(remaining) & cordoned_by_others)
-            why.append(r.scheduler.why_none(candidates, down, unfinished=ours)
+            why.append(r.scheduler.why_none(candidates, down, unfinished=unfinished,
+                                            etcd_down=etcd_down)
                        if candidates else "left alone, cordoned in the cluster (not by "
                        f"this upgrade): {', '.join(left_alone)}")
         return batch

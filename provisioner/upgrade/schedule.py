@@ -73,26 +73,30 @@ class Scheduler:
 
     def next_batch(self, pending: Sequence[str], down: Collection[str],
                    workers_total: int | None = None,
-                   unfinished: Collection[str] | None = None) -> list[str]:
+                   unfinished: Collection[str] | None = None,
+                   etcd_down: Collection[str] | None = None) -> list[str]:
         """The next batch from `pending` given the hosts `down` now (not in `pending`): at
         most one control plane, and workers unless they must wait for the control planes
         (`workers_wait`). Empty when nothing may go down now (`why_none` says why).
         `unfinished`: the hosts down because this upgrade has not finished them (default:
         all of `down`); a control plane down for another reason (cordoned by hand) uses its
-        domain's allowance and quorum, but says nothing of the API server's version."""
+        domain's allowance, but says nothing of the API server's version. `etcd_down`: the
+        hosts whose etcd member may be down (default: all of `down`; a control plane an
+        operator only cordoned still serves etcd)."""
         limits = self.domain_limits()
         used = Counter(self.domains[h] for h in down if h in self.domains)
         # A pending node that is down already (NotReady) takes nothing more from its
         # domain when it is upgraded; quorum is still checked as if it went down now (a
         # NotReady control plane's etcd member may still be serving).
         already = set(down)
+        etcd = set(down if etcd_down is None else etcd_down)
         batch: list[str] = []
         if any(h in self.control_planes for h in pending):
             for h in pending:
                 if h not in self.control_planes:
                     continue
                 d = self.domains[h]
-                if self.cp_allowed(already - {h}) and (h in already or used[d] < limits[d]):
+                if self.cp_allowed(etcd - {h}) and (h in already or used[d] < limits[d]):
                     batch.append(h)
                     used[d] += h not in already
                     break
@@ -121,9 +125,11 @@ class Scheduler:
         return batch
 
     def why_none(self, pending: Sequence[str], down: Collection[str],
-                 unfinished: Collection[str] | None = None) -> str:
+                 unfinished: Collection[str] | None = None,
+                 etcd_down: Collection[str] | None = None) -> str:
         """Why `next_batch` is empty: what a stopped run reports."""
-        cps_down = sorted(h for h in down if h in self.control_planes)
+        etcd = set(down if etcd_down is None else etcd_down)
+        cps_down = sorted(h for h in etcd if h in self.control_planes)
         waiting_on = sorted(h for h in (down if unfinished is None else unfinished)
                             if h in self.control_planes)
         if self.workers_wait and waiting_on and not any(h in self.control_planes
@@ -131,7 +137,7 @@ class Scheduler:
             return ("workers wait for every control plane (the bundle changes Kubernetes "
                     "and a kubelet is never newer than the API server): "
                     f"{', '.join(waiting_on)} did not finish")
-        if any(h in self.control_planes for h in pending) and not self.cp_allowed(down):
+        if any(h in self.control_planes for h in pending) and not self.cp_allowed(etcd):
             return (f"no control plane may go down: {', '.join(cps_down)} already down "
                     "(etcd quorum); " + (
                         "workers wait for every control plane (the bundle changes "

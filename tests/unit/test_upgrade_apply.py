@@ -22,6 +22,7 @@ from provisioner.errors import KubeError, PlaybookError, StateError
 from provisioner.inventory import load
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import servers
+from provisioner.kube import CORDONED_BY
 from provisioner.kube.official import OfficialClient
 from provisioner.kube.standin import StandInApiServer, world
 from provisioner.lifecycle import Phase
@@ -333,6 +334,35 @@ def test_a_selected_node_cordoned_by_hand_is_left_alone_and_stays_cordoned(
         assert store.node("stor01").phase is Phase.READY
         assert not [e for e in store.events("stor01") if e.kind == "transition"
                     and e.run_id == res.run_id]
+
+
+def test_a_control_plane_left_alone_still_holds_the_workers(tmp_path: Path) -> None:
+    """2026.11 changes Kubernetes; cp03 is cordoned for maintenance, so it is left alone and
+    still serves the old API version: no kubelet may become newer, the workers wait."""
+    loaded, profile, hosts, _store = _ready_site(tmp_path)
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        _set_node(srv, "cp03", unschedulable=True)
+        rec = Recorder()
+        res = apply_mod.apply(loaded, "2026.11", kube, {}, _opts(1, 3, 1), profile=profile,
+                              installer=rec)
+        assert rec.installed == [["cp01"], ["cp02"]], rec.installed
+        assert "cp03 did not finish" in (res.rolling.stopped or ""), res.rolling.stopped
+        assert sorted(res.rolling.not_started) == ["cp03", "dgx01", "dgx02", "stor01"]
+
+
+def test_our_own_cordon_left_unrecorded_is_not_taken_for_an_operators(
+        tmp_path: Path) -> None:
+    """A run killed between its cordon and the record of it leaves stor01 cordoned, with the
+    tool's own mark: the next run upgrades and uncordons it, mark and all."""
+    loaded, profile, hosts, _store = _ready_site(tmp_path)
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        _set_node(srv, "stor01", unschedulable=True, annotations={CORDONED_BY: "upgrade"})
+        rec = Recorder()
+        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, _opts(1, 2, 1),
+                              profile=profile, installer=rec)
+        assert res.ok and "stor01" in {h for b in rec.installed for h in b}
+        node = srv.load()["nodes"]["stor01"]
+        assert node["unschedulable"] is False and CORDONED_BY not in node["annotations"]
 
 
 class LateReady(Recorder):
