@@ -16,6 +16,7 @@ import requests
 from provisioner import bmc
 from provisioner import lab as lab_mod
 from provisioner.bmc import BootDevice, BootMode, PowerAction, PowerState
+from provisioner.bmc.retry import RetryPolicy
 from provisioner.errors import BmcUnreachable
 from provisioner.inventory import load, topology
 from provisioner.lab import redfish_shape
@@ -116,6 +117,9 @@ def test_closed_port_is_unreachable(lab):
     for host in ("cp01", "cp03"):
         t = replace(bmc.targets(lab, os.environ, host)[0], port=1, request_timeout_s=2)
         driver = bmc.make_driver(t)
+        # retried (twice here, with short waits: the classification is what is tested),
+        # then unreachable
+        driver.retry_policy = RetryPolicy(attempts=2, base_delay_s=0.1, max_delay_s=0.2)
         with pytest.raises(BmcUnreachable) as exc:
             driver.get_power_state()
         assert host in str(exc.value)
