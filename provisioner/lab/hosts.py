@@ -224,9 +224,8 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
         "PidFile /run/sshd.pid\nSubsystem sftp /usr/lib/openssh/sftp-server\n")
     _write_units(d / "upper/etc/systemd/system")
     q = {k: shlex.quote(str(v)) for k, v in (
-        ("m", d / "merged"), ("rootfs", rootfs), ("upper", d / "upper"), ("work", d / "work"),
-        ("boot_id", d / "boot_id"), ("cgroup", orphans.cgroup_of(netns)), ("name", name),
-        ("netns", netns))}
+        ("m", d / "merged"), ("boot_id", d / "boot_id"), ("cgroup", orphans.cgroup_of(netns)),
+        ("name", name), ("netns", netns))}
     m = q["m"]
     # Inside the host's own PID, mount, UTS, IPC and cgroup namespaces: systemd is PID 1 of
     # its PID namespace, so killing it ends every process of the host. The real machine is

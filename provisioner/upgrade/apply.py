@@ -96,12 +96,12 @@ def in_flight(store: StateStore, hosts: Collection[str]) -> dict[str, str | None
     for ev in store.events():
         if ev.kind != "transition" or ev.hostname not in out:
             continue
-        if ev.to_phase == Phase.CORDONED.value:
-            out[ev.hostname] = str(ev.detail.get("bundle", ""))
-        elif ev.to_phase != Phase.READY.value and "bundle" in ev.detail:
-            out[ev.hostname] = str(ev.detail["bundle"])  # retargeted, or the roles ran at it
-        elif ev.to_phase == Phase.READY.value:
+        if ev.to_phase == Phase.READY.value:
             out[ev.hostname] = None
+        elif ev.to_phase == Phase.CORDONED.value:
+            out[ev.hostname] = str(ev.detail.get("bundle", ""))
+        elif "bundle" in ev.detail:
+            out[ev.hostname] = str(ev.detail["bundle"])  # retargeted, or the roles ran at it
     return out
 
 
