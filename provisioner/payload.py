@@ -50,6 +50,11 @@ PINNING_PACKAGE_FROM = 580
 # DCGM 4's Debian packages carry epoch 1: datacenter-gpu-manager-4-core 1:4.5.2-1 in NVIDIA's
 # CUDA repository (as tracked by Azure AgentBaker's parts/common/components.json).
 DCGM_APT_EPOCH = "1:"
+# The running kernel's headers, which the DKMS builds of NVIDIA's driver (from its own
+# repository) and of DOCA compile against: the roles install linux-headers-<uname -r>
+# (NVIDIA Driver Installation Guide, Ubuntu pre-installation). Listed for an offline mirror
+# under this name: the release is each node's own.
+KERNEL_HEADERS = "linux-headers-<running kernel>"
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,12 @@ class Payload:
             else:
                 out.append(n)
         return out
+
+    @property
+    def builds_with_dkms(self) -> bool:
+        """NVIDIA's repository builds the driver's modules on the node (DKMS); Canonical's
+        ships them precompiled."""
+        return self.source == "nvidia" and bool(self.driver)
 
     def by_role(self) -> dict[str, tuple[str, ...]]:
         return {"nvidia_driver": self.pinning + self.driver, "fabric_manager": self.fabric,

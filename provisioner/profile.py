@@ -11,6 +11,9 @@ lab host cannot do, by tag (one rule; `skipped_tasks` counts them for the output
 - needs_kernel   changes the machine's one kernel (module loads, sysctls, swap) or needs a
                  kernel of the host's own (the initramfs); reboots are not skipped: a lab
                  host reboots for real (lab/hosts.py)
+- needs_kernel_headers  installs the running kernel's headers: run in the lab (its mirror
+                 serves a stand-in named for the machine's kernel, which the hosts run),
+                 skipped only where that kernel's release cannot name a Debian package
 - needs_init     starts or restarts a systemd service: run in the lab, whose hosts boot
                  systemd as PID 1 (lab/hosts.py); skipped only where a host has no init
 
@@ -23,6 +26,8 @@ source, containerd, which container_runtime restarts, is not installed).
 
 from __future__ import annotations
 
+import platform
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +39,10 @@ from provisioner import statedir
 from provisioner.inventory.loader import LoadedSite
 
 LAB_SKIP_TAGS: tuple[str, ...] = ("needs_gpu", "needs_cluster", "needs_nic", "needs_kernel")
+KERNEL_HEADERS_TAG = "needs_kernel_headers"
+# Debian Policy 5.6.7: a package name is lowercase letters, digits, "+", "-" and ".", at
+# least two characters, starting with a letter or digit.
+_DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
 LAB_OS_TIMEOUT_S = 60.0  # a lab host's sshd is up in seconds; a real install takes longer
 
 
@@ -59,7 +68,20 @@ def for_site(loaded: LoadedSite, *, lab: bool | None = None) -> Profile:
                    state_path=base / "lab" / "state.db" if in_lab else base / "state.db",
                    os_timeout_s=(LAB_OS_TIMEOUT_S if in_lab
                                  else loaded.site.provisioning.os_timeout_s),
-                   skip_tags=LAB_SKIP_TAGS if in_lab else ())
+                   skip_tags=lab_skip_tags() if in_lab else ())
+
+
+def lab_kernel_headers(release: str | None = None) -> str | None:
+    """The headers package of the kernel a lab host runs: the machine's own (a host is
+    namespaces, not a VM), which the lab mirror serves as a stand-in. None when that release
+    cannot name a Debian package (WSL's kernels carry capitals): the lab then skips the
+    headers by their tag."""
+    name = "linux-headers-" + (platform.release() if release is None else release)
+    return name if _DEBIAN_PACKAGE.fullmatch(name) else None
+
+
+def lab_skip_tags(release: str | None = None) -> tuple[str, ...]:
+    return LAB_SKIP_TAGS + (() if lab_kernel_headers(release) else (KERNEL_HEADERS_TAG,))
 
 
 def _tasks(items: Any, inherited: frozenset[str]) -> list[frozenset[str]]:

@@ -41,6 +41,8 @@ from provisioner.lab.standins import (
     build_standin,
     plan,
 )
+from provisioner.payload import KERNEL_HEADERS
+from provisioner.profile import lab_kernel_headers
 
 COMPONENTS = ("main", "restricted", "universe", "multiverse")  # base_os_mirror_components
 DEBIAN_URL = "http://deb.debian.org/debian"
@@ -302,11 +304,19 @@ def serve_argv(root: Path, address: str, port: int) -> list[str]:
             str(port)]
 
 
-def wanted(*artifact_lists: Sequence[dict[str, str]]) -> list[tuple[str, str]]:
+def wanted(*artifact_lists: Sequence[dict[str, str]], release: str | None = None
+           ) -> list[tuple[str, str]]:
     """(package name, pinned upstream version or "") pairs, from what `render.artifacts`
-    says the rendered roles install; one list per software set (the site, each bundle)."""
-    return sorted({(item["name"], item["version"]) for artifacts in artifact_lists
-                   for item in artifacts if item["kind"] == "package"})
+    says the rendered roles install; one list per software set (the site, each bundle).
+    The running kernel's headers are those of `release` (the machine's: the lab hosts run
+    it), left out where it cannot name a package (the lab then skips them by tag)."""
+    headers = lab_kernel_headers(release)
+    out = {(item["name"], item["version"]) for artifacts in artifact_lists
+           for item in artifacts if item["kind"] == "package"}
+    if headers and any(item["kind"] == "kernel-package" and item["name"] == KERNEL_HEADERS
+                       for artifacts in artifact_lists for item in artifacts):
+        out.add((headers, ""))
+    return sorted(out)
 
 
 def wanted_for(loaded: LoadedSite) -> list[tuple[str, str]]:

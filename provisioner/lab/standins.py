@@ -1,4 +1,5 @@
-"""The lab mirror's stand-in packages: vendor packages (NVIDIA, DOCA, Kubernetes, Helm) as
+"""The lab mirror's stand-in packages: vendor packages (NVIDIA, DOCA, Kubernetes, Helm) and
+the headers of the machine's kernel (a lab host runs it; no archive has them) as
 dpkg-deb builds with the real name, version and Depends and a marker file as the only
 payload, and the plan that closes the roles' package list over those Depends.
 
@@ -99,6 +100,8 @@ STANDINS: tuple[tuple[str, StandIn], ...] = (
     (r"mlnx-ofed-kernel-utils", StandIn("-1", default_version="24.10.OFED.24.10.1.1.4.1")),
     (r"mlnx-tools", StandIn("-1", default_version="24.10.0")),
     (r"helm", StandIn("-1", default_version="3.17.3")),
+    # the machine's own kernel (profile.lab_kernel_headers): its version is not modelled
+    (r"linux-headers-.+", StandIn("-1")),
     (r"(nvidia|cuda|libnvidia|doca|mlnx|nvlsm|libnvsdm).*", StandIn("-1")),
 )
 # Real neighbouring releases of pinned versions (for upgrade, downgrade and hold tests):

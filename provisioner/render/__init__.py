@@ -286,7 +286,7 @@ def _env() -> jinja2.Environment:
 
 def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
     """Write the private data dir. `out` is replaced (it must be empty or a former render).
-    For the lab, ansible.cfg skips the tasks a lab host cannot do (profile.LAB_SKIP_TAGS)."""
+    For the lab, ansible.cfg skips the tasks a lab host cannot do (profile.lab_skip_tags)."""
     if out.exists():
         if out.is_dir() and any(out.iterdir()) and not (out / ".provisioner-render").exists():
             raise RenderError(f"{out} is not empty and not a former render",

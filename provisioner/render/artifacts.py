@@ -8,6 +8,7 @@ from provisioner import sources
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import Role
 from provisioner.inventory.topology import HostPlan, has_roce, host_plans
+from provisioner.payload import KERNEL_HEADERS
 
 
 def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
@@ -52,10 +53,15 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
         else:
             version = ""
         add("package", name, version, role, users)
+    # named after each node's running kernel: a kind of its own, so that a script feeding
+    # the "package" names to apt-get download never meets the placeholder
+    add("kernel-package", KERNEL_HEADERS, "", "nvidia_driver",
+        [h for h in gpu if (p := payloads.get(h.node.hostname)) and p.builds_with_dkms])
     roce = [h for h in servers if has_roce(loaded, h.node)]
     if sw.doca:  # roce_host installs DOCA only when the site pins it
         add("repository", "DOCA repository (linux.mellanox.com/public/repo/doca)", sw.doca,
             "roce_host", roce)
+        add("kernel-package", KERNEL_HEADERS, "", "roce_host", roce)  # DOCA builds with DKMS
         add("package", "doca-ofed", sw.doca, "roce_host", roce)
     k8s = [h for h in servers if {Role.CONTROL_PLANE, Role.WORKER} & set(h.roles)]
     if sw.kubernetes and k8s:

@@ -171,7 +171,9 @@ class RenderReport(Out):
 
 
 class Artifact(Out):
-    kind: str  # package | repository | image | image-set | file | helm-chart
+    # package | kernel-package (named after each node's running kernel) | repository | image |
+    # image-set | file | helm-chart
+    kind: str
     name: str
     version: str
     role: str

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import render, results, runner
+from provisioner import profile, render, results, runner
 from provisioner.inventory import load
 from tests.conftest import EXAMPLE, requires_ssh_hosts
 from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
@@ -106,6 +106,12 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     assert pkgs["containerd"][0] == "install ok installed"
     assert (dgx / "usr/bin/containerd").is_file()  # a real Debian package
     assert (dgx / "usr/share/doc/doca-ofed/PROVISIONER-LAB-STAND-IN").is_file()
+    # the headers of the kernel the host runs, before the DKMS builds (a stand-in)
+    headers = profile.lab_kernel_headers()
+    if headers:  # None where the machine's release cannot name a package: skipped by tag
+        assert pkgs[headers][0] == "install ok installed", pkgs.get(headers)
+        assert "Install the running kernel's headers for DKMS" in {
+            e.task for e in first.real_changes if e.host == "dgx01"}
     assert not (dgx / "usr/bin/nvidia-smi").exists()  # stand-ins ship no binaries
     # DCGM at the site's pin (4.5.1) although the mirror's newest is 4.5.2 (bundle 2026.11)
     assert pkgs["datacenter-gpu-manager-4-core"][1] == "1:4.5.1-1", pkgs.get(

@@ -7,6 +7,7 @@ controller's own apt-get against it with private state directories.
 
 from __future__ import annotations
 
+import platform
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,10 +17,11 @@ import jinja2
 import pytest
 import yaml
 
-from provisioner import render
+from provisioner import profile, render
 from provisioner.errors import ConfigError, RenderError
 from provisioner.inventory import load
 from provisioner.lab import mirror, standins
+from provisioner.payload import KERNEL_HEADERS
 from tests.conftest import EXAMPLE, ROOT, requires_peer
 
 DRIVER = "570.124.06"
@@ -43,6 +45,27 @@ def test_plan_follows_depends_with_stand_ins_and_real_debian_packages():
     assert p.standins["kubeadm"][0] == "1.31.4-1.1" and len(p.standins["kubelet"]) == 1
     assert {"chrony", "iptables", "conntrack", "rdma-core", "infiniband-diags"} <= p.real
     assert not p.real & set(p.standins)
+
+
+def test_the_mirror_serves_the_headers_of_the_kernel_its_hosts_run():
+    """--artifacts lists the running kernel's headers where a DKMS build needs them (the
+    example's DGX driver and DOCA); the lab mirror holds them under the machine's release,
+    a stand-in (no archive has them)."""
+    listed = render.artifacts(load(EXAMPLE))
+    assert {i["role"] for i in listed if i["name"] == KERNEL_HEADERS} == {
+        "nvidia_driver", "roce_host"}
+    assert {i["kind"] for i in listed if i["name"] == KERNEL_HEADERS} == {"kernel-package"}
+    names = {n for n, _ in mirror.wanted(listed, release="6.8.0-45-generic")}
+    assert "linux-headers-6.8.0-45-generic" in names and KERNEL_HEADERS not in names
+    assert standins.plan({"linux-headers-6.8.0-45-generic": ""}, set()).standins[
+        "linux-headers-6.8.0-45-generic"] == ["1.0-1"]
+    # a release no package can be named after (WSL's): left out, the lab skips by tag
+    wsl = {n for n, _ in mirror.wanted(listed, release="5.15.167.4-microsoft-standard-WSL2")}
+    assert not any(n.startswith("linux-headers-") for n in wsl) and "doca-ofed" in wsl
+    # by default: the machine's own release, the one the lab hosts run
+    headers = profile.lab_kernel_headers()
+    assert (headers in {n for n, _ in mirror.wanted(listed)}) == (headers is not None)
+    assert headers in (None, f"linux-headers-{platform.release()}")
 
 
 def test_a_package_neither_debian_nor_vendor_is_refused():

@@ -268,12 +268,17 @@ def test_nvlink5_fabric_manager_gets_ib_umad_loaded_before_it_starts(case):
     ("roce_host", "main.yml", "Install DOCA (MOFED)")])
 def test_running_kernel_headers_before_a_dkms_build(role, tasks, before):
     """DKMS builds for the running kernel: its headers first (NVIDIA's driver from its own
-    repository, DOCA); tagged needs_kernel, as a lab host has no kernel of its own."""
+    repository, DOCA); run in the lab (its mirror serves the hosts' kernel's headers), by
+    their own tag where that kernel cannot name a package."""
     listed = yaml.safe_load((ROOT / "roles" / role / "tasks" / tasks).read_text())
     names = [t["name"] for t in listed]
     headers = listed[names.index("Install the running kernel's headers for DKMS")]
     assert names.index(headers["name"]) < names.index(before)
     assert headers["ansible.builtin.apt"]["name"] == "linux-headers-{{ ansible_facts.kernel }}"
-    assert headers["tags"] == ["needs_kernel"]
+    assert headers["tags"] == ["needs_mirror", "needs_kernel_headers"]
     if role == "nvidia_driver":  # Canonical's precompiled modules need none
         assert "nvidia_driver_source == 'nvidia'" in headers["when"]
+        # --artifacts lists the headers for exactly the payloads the role installs them for
+        assert _payload(*CASES["dgx-h100/nvidia-580"]).builds_with_dkms
+        assert not _payload(*CASES["dgx-h100/canonical-580"]).builds_with_dkms
+

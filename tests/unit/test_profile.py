@@ -24,13 +24,26 @@ def test_the_lab_profile_skips_by_tag_and_the_real_one_skips_nothing(tmp_path):
     lab = profile.for_site(loaded, lab=True)
     assert lab.lab and lab.state_path.parent.name == "lab"
     # package installs run in the lab, from its signed mirror (lab/mirror.py)
-    assert set(lab.skip_tags) == {"needs_gpu", "needs_cluster", "needs_nic", "needs_kernel"}
+    assert set(lab.skip_tags) == set(profile.lab_skip_tags()) >= {
+        "needs_gpu", "needs_cluster", "needs_nic", "needs_kernel"}
     lab_cfg = (render.render(loaded, tmp_path / "lab", lab=True).out
                / "project" / "ansible.cfg").read_text()
     assert "[tags]\n" in lab_cfg and "skip = needs_gpu,needs_cluster" in lab_cfg
     real_cfg = (render.render(loaded, tmp_path / "real").out / "project" / "ansible.cfg"
                 ).read_text()
     assert "[tags]" not in real_cfg and "host_key_checking = True" in real_cfg
+
+
+def test_the_kernel_headers_run_in_the_lab_where_its_kernel_names_a_package():
+    """The lab mirror serves linux-headers-<the machine's release> (the kernel the hosts
+    run); a release no Debian package can be named after skips the two headers tasks."""
+    assert profile.lab_kernel_headers("6.8.0-45-generic") == "linux-headers-6.8.0-45-generic"
+    assert profile.KERNEL_HEADERS_TAG not in profile.lab_skip_tags("6.8.0-45-generic")
+    wsl = "5.15.167.4-microsoft-standard-WSL2"
+    assert profile.lab_kernel_headers(wsl) is None
+    assert profile.lab_skip_tags(wsl) == (*profile.LAB_SKIP_TAGS, profile.KERNEL_HEADERS_TAG)
+    assert profile.skipped_tasks(ROLES, profile.lab_skip_tags(wsl))[
+        profile.KERNEL_HEADERS_TAG] == 2
 
 
 def test_every_lab_tag_skips_something_and_is_counted():
