@@ -24,7 +24,7 @@ from provisioner.inventory import software_checks
 from provisioner.inventory.bundle_models import Bundle
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.software_models import Dcgm, FabricManager, Software
+from provisioner.inventory.software_models import Dcgm, FabricManager, NvidiaDriver, Software
 from provisioner.inventory.topology import HostPlan, has_roce
 from provisioner.upgrade.schedule import Scheduler, planned_s
 
@@ -159,13 +159,24 @@ def domain_of(plan: HostPlan, label: str | None) -> str:
     return value
 
 
+def _bundle_driver(sw: Software, bundle: Bundle) -> NvidiaDriver:
+    """The bundle's driver pins, from the site's driver source unless the bundle names one:
+    the source is the site's (Secure Boot hosts take only Canonical's signed modules), and
+    a bundle that leaves it out must not move a site onto NVIDIA's unsigned DKMS build."""
+    drv = bundle.nvidia_driver
+    if sw.nvidia_driver is not None and "source" not in drv.model_fields_set:
+        drv = drv.model_copy(update={"source": sw.nvidia_driver.source})
+    return drv
+
+
 def software_at(loaded: LoadedSite, bundle: Bundle) -> Software:
     """The site's software section as the bundle leaves it (what the roles render)."""
     sw = loaded.site.software
     kube = (sw.kubernetes.model_copy(update={"version": bundle.kubernetes})
             if sw.kubernetes else None)
     return sw.model_copy(update={
-        "nvidia_driver": bundle.nvidia_driver, "cuda": bundle.cuda, "doca": bundle.doca,
+        "nvidia_driver": _bundle_driver(sw, bundle), "cuda": bundle.cuda,
+        "doca": bundle.doca,
         "fabric_manager": FabricManager(enabled=sw.fabric_manager.enabled,
                                         version=bundle.fabric_manager),
         "dcgm": Dcgm(version=bundle.dcgm, diag_level=sw.dcgm.diag_level),
@@ -186,6 +197,15 @@ def _site_rules(loaded: LoadedSite, bundle: Bundle, nvswitch: bool) -> list[Refu
             out.append(Refusal(code, message, hint))
 
     software_checks.check(site_at(loaded, bundle), emit)
+    site_drv = loaded.site.software.nvidia_driver
+    if site_drv is not None and _bundle_driver(loaded.site.software,
+                                               bundle).source != site_drv.source:
+        out.append(Refusal(
+            "driver-source-change", f"the bundle takes the driver from "
+            f"{bundle.nvidia_driver.source}, the site from {site_drv.source}",
+            "a driver source is the site's (software.nvidia_driver.source), not a "
+            "release's: drop source from the bundle; moving a site to another source is a "
+            "reinstall of its GPU nodes, not a rolling upgrade"))
     drv = bundle.nvidia_driver.version
     if drv is None:
         out.append(Refusal("driver-not-exact", "the bundle pins only the driver branch "

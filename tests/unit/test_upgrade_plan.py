@@ -206,3 +206,27 @@ def test_a_pending_node_that_is_not_ready_takes_nothing_more_but_quorum_holds() 
     q = Scheduler(cps, frozenset(cps), batch="100%", max_unavailable=1, workers_wait=True)
     assert q.next_batch(["cp1", "cp3"], down={"cp1", "cp2"}) == []  # cp2 failed: quorum
     assert q.next_batch(["cp1", "cp3"], down={"cp1"}) == ["cp1"]
+
+
+def test_the_driver_source_stays_the_sites(site: Path) -> None:
+    """A Secure Boot site takes Canonical's signed modules: a bundle that names no source
+    keeps the site's (it must not move the nodes onto NVIDIA's unsigned DKMS build), and one
+    that names another is refused (a reinstall, not a rolling upgrade)."""
+    text = (site / "site.yaml").read_text()
+    (site / "site.yaml").write_text(text.replace(
+        'version: "570.124.06"\n', 'version: "570.124.06"\n    source: canonical\n', 1))
+    (site / "bundles" / "next.yaml").write_text(GOOD)
+    loaded = load(site)
+    assert loaded.site.software.nvidia_driver.source == "canonical"
+    bundle = load_bundle(site, "next").bundle
+    from provisioner import render
+    from provisioner.upgrade.plan import site_at
+    packages = {i["name"] for i in render.artifacts(site_at(loaded, bundle))
+                if i["kind"] == "package"}
+    assert "linux-modules-nvidia-570-server-open-generic" in packages
+    assert "nvidia-driver-570-open" not in packages
+    assert plan_of(site, GOOD).ok
+    assert codes(site, GOOD.replace("kernel_modules: auto", "kernel_modules: auto, "
+                                    "source: nvidia")) == ["driver-source-change"]
+    assert codes(site, GOOD.replace("kernel_modules: auto", "kernel_modules: auto, "
+                                    "source: canonical")) == []
