@@ -300,6 +300,15 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
     warnings += [f"{ch.component} {ch.new} is recorded with the bundle but not applied: "
                  f"{NOT_PINNED_BY_ROLES[ch.component]}"
                  for ch in changes if ch.component in NOT_PINNED_BY_ROLES and ch.new]
+    # a row the bundle leaves out is unpinned, not kept: say so (a bundle written from an
+    # older template drops a pin nobody meant to drop)
+    warnings += [f"{ch.component} is pinned at {ch.old} now and the bundle pins none: the "
+                 "roles stop pinning it (a new node gets its repository's newest; DOCA is "
+                 "no longer installed)" if ch.component == "doca" else
+                 f"{ch.component} is pinned at {ch.old} now and the bundle pins none: the "
+                 "roles stop pinning it (a new node gets its repository's newest)"
+                 for ch in changes if ch.old is not None and ch.new is None
+                 and ch.component not in NOT_PINNED_BY_ROLES]
     rollback = [f"{c}: {why}" for c, why in NO_DOWNGRADE.items()
                 if any(ch.component == c and ch.direction == "upgrade" for ch in changes)]
     kube_change = next((ch for ch in changes if ch.component == "kubernetes"), None)

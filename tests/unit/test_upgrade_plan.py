@@ -59,6 +59,11 @@ def test_good_bundle_is_planned_control_planes_first(site: Path) -> None:
     assert changed["kubernetes"].direction == "upgrade"
     assert {n.hostname for n in p.nodes if n.reboot} == {"dgx01", "dgx02"}
     assert p.rollback and "kubernetes" in p.rollback[0]
+    # GOOD pins no DCGM while the site pins 4.5.1: unpinned, and said
+    assert any(w.startswith("dcgm is pinned at 4.5.1 now and the bundle pins none")
+               for w in p.warnings), p.warnings
+    assert not any("pins none" in w for w in plan_of(
+        site, GOOD + 'dcgm: "4.5.2"\n').warnings)
 
 
 def test_cuda_needs_newer_driver(site: Path) -> None:
