@@ -31,7 +31,14 @@ from provisioner.lifecycle import Phase
 from provisioner.profile import Profile, for_site
 from provisioner.state import StateStore
 from provisioner.upgrade.host import AnsibleInstaller, Installer
-from provisioner.upgrade.plan import PlanOptions, UpgradePlan, make_plan, scheduler, site_at
+from provisioner.upgrade.plan import (
+    PlanOptions,
+    UpgradePlan,
+    effective,
+    make_plan,
+    scheduler,
+    site_at,
+)
 from provisioner.upgrade.rolling import DrainOptions, Rolling, RollingOutcome, roll
 from provisioner.upgrade.steps import Clock
 from provisioner.workflows import engine
@@ -118,7 +125,7 @@ def plan(loaded: LoadedSite, bundle_name: str, opts: PlanOptions | None = None,
     """The plan for moving the selected nodes to `bundle_name` (reads state, changes none)."""
     opts = opts or PlanOptions()
     profile = profile or for_site(loaded)
-    target = load_bundle(loaded.base_dir, bundle_name).bundle
+    target = effective(loaded, load_bundle(loaded.base_dir, bundle_name).bundle)
     hosts, cps = _selected(loaded, limit)
     store = StateStore(profile.state_path) if profile.state_path.exists() else None
     names = [p.hostname for p in servers(loaded)]

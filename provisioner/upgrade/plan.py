@@ -42,6 +42,9 @@ REBOOT_COMPONENTS = frozenset({"nvidia_driver", "kernel_modules", "doca"})
 # Bundle rows the rendered roles do not pin (yet): recorded with the bundle and compared
 # like the others, but a node keeps what its repository gave it, and the charts are
 # installed at the versions provisioner/sources.py pins. `plan` says so for each.
+# Rows a bundle may leave out that the roles then stop pinning (fabric manager, NSCQ and
+# IMEX follow the driver's version whatever the bundle says of them).
+UNPINNED_WHEN_LEFT_OUT = frozenset({"dcgm", "doca"})
 NOT_PINNED_BY_ROLES = {
     "containerd": "the roles install the distribution's containerd package without a pin",
     "container_toolkit": "the roles install nvidia-container-toolkit from its repository "
@@ -160,13 +163,23 @@ def domain_of(plan: HostPlan, label: str | None) -> str:
 
 
 def _bundle_driver(sw: Software, bundle: Bundle) -> NvidiaDriver:
-    """The bundle's driver pins, from the site's driver source unless the bundle names one:
-    the source is the site's (Secure Boot hosts take only Canonical's signed modules), and
-    a bundle that leaves it out must not move a site onto NVIDIA's unsigned DKMS build."""
+    """The bundle's driver pins, with the site's driver source and kernel modules unless
+    the bundle names them: the source is the site's (Secure Boot hosts take only Canonical's
+    signed modules), and a bundle that leaves either out must not move a site onto NVIDIA's
+    unsigned DKMS build, or from the proprietary modules the site chose to the open ones."""
     drv = bundle.nvidia_driver
-    if sw.nvidia_driver is not None and "source" not in drv.model_fields_set:
-        drv = drv.model_copy(update={"source": sw.nvidia_driver.source})
+    if sw.nvidia_driver is not None:  # what the bundle leaves out stays the site's
+        kept = {f: getattr(sw.nvidia_driver, f) for f in ("source", "kernel_modules")
+                if f not in drv.model_fields_set}
+        drv = drv.model_copy(update=kept)
     return drv
+
+
+def effective(loaded: LoadedSite, bundle: Bundle) -> Bundle:
+    """The bundle as it applies to this site (its driver with the site's source and kernel
+    modules where it names none): what plan compares and apply records."""
+    return bundle.model_copy(update={"nvidia_driver": _bundle_driver(loaded.site.software,
+                                                                     bundle)})
 
 
 def software_at(loaded: LoadedSite, bundle: Bundle) -> Software:
@@ -308,7 +321,7 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
                  f"{ch.component} is pinned at {ch.old} now and the bundle pins none: the "
                  "roles stop pinning it (a new node gets its repository's newest)"
                  for ch in changes if ch.old is not None and ch.new is None
-                 and ch.component not in NOT_PINNED_BY_ROLES]
+                 and ch.component in UNPINNED_WHEN_LEFT_OUT]
     rollback = [f"{c}: {why}" for c, why in NO_DOWNGRADE.items()
                 if any(ch.component == c and ch.direction == "upgrade" for ch in changes)]
     kube_change = next((ch for ch in changes if ch.component == "kubernetes"), None)

@@ -250,6 +250,25 @@ def test_upgrade_gate_asks_dpkg_for_the_fabric_manager_the_roles_installed(case)
                     else f"nvidia-fabricmanager-{pins['nvidia_driver']['branch']}")
 
 
+def test_upgrade_gate_checks_imex_on_gb200_trays_too():
+    """A GB200 tray has no NVSwitch of its own and runs IMEX: the gate checks that IMEX is
+    at the driver's version too (it used to check only NVSwitch systems)."""
+    p = _payload(*CASES["gb200-nvl72-tray/nvidia-580"])
+    defaults = yaml.safe_load((ROOT / "roles/upgrade_gate/defaults/main.yml").read_text())
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["bool"] = lambda v: v is True or str(v).lower() in ("true", "yes", "1")
+
+    def on(**host: object) -> bool:
+        return env.from_string(defaults["upgrade_gate_fabric_manager"]).render(
+            **host).strip() == "True"
+
+    assert on(provisioner_nvswitch=False, provisioner_imex=True)
+    assert on(provisioner_nvswitch=True, provisioner_imex=False)
+    assert not on(provisioner_nvswitch=False, provisioner_imex=False)
+    assert env.from_string(defaults["upgrade_gate_fabric_manager_package"]).render(
+        fabric_manager_packages=list(p.fabric)) == "nvidia-imex"
+
+
 @pytest.mark.parametrize("case", ["dgx-h100/nvidia-580", "dgx-b200/nvidia-580"])
 def test_nvlink5_fabric_manager_gets_ib_umad_loaded_before_it_starts(case):
     p = _payload(*CASES[case])

@@ -235,3 +235,26 @@ def test_the_driver_source_stays_the_sites(site: Path) -> None:
                                     "source: nvidia")) == ["driver-source-change"]
     assert codes(site, GOOD.replace("kernel_modules: auto", "kernel_modules: auto, "
                                     "source: canonical")) == []
+
+
+def test_a_bundle_without_kernel_modules_keeps_the_sites_choice(site: Path) -> None:
+    """kernel_modules left out of a bundle stays the site's: a site that chose the
+    proprietary modules is not moved to the open ones by the field's default ("auto")."""
+    text = (site / "site.yaml").read_text()
+    (site / "site.yaml").write_text(text.replace("kernel_modules: auto ",
+                                                 "kernel_modules: proprietary ", 1))
+    p = plan_of(site, GOOD.replace(", kernel_modules: auto", ""))
+    assert p.ok, p.refusals
+    assert "kernel_modules" not in {c.component for c in p.changes}
+    from provisioner import render
+    from provisioner.upgrade.plan import site_at
+    loaded = load(site)
+    packages = {i["name"] for i in render.artifacts(site_at(loaded, load_bundle(
+        site, "next").bundle)) if i["kind"] == "package"}
+    assert "cuda-drivers-570" in packages and "nvidia-driver-570-open" not in packages
+    # a bundle that names the modules changes them, and plan says so
+    p = plan_of(site, GOOD)
+    assert {c.component: c.new for c in p.changes}["kernel_modules"] == "auto"
+    # NSCQ left out follows the driver: no "stops pinning" warning for it
+    assert not any(w.startswith("nscq") for w in plan_of(
+        site, GOOD.replace('nscq: "570.148.08"\n', "")).warnings)
