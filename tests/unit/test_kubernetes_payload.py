@@ -285,3 +285,74 @@ def test_the_kubelet_node_ip_is_the_management_address_and_calico_takes_it(api):
     assert "IP_AUTODETECTION_METHOD=kubernetes-internal-ip" in \
         calico["ansible.builtin.command"]
     assert "kubernetes_cni == 'calico'" in calico["when"]
+
+
+def _flat(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for t in tasks:
+        out.append(t)
+        out += _flat(t.get("block", []))
+    return out
+
+
+def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
+    """Installing newer packages never moves a cluster: kubeadm first, then `kubeadm upgrade
+    apply` on the first control plane to move and `kubeadm upgrade node` everywhere else,
+    then kubelet and kubectl, a kubelet restart, and a wait for the new version (kubeadm's
+    "Upgrading kubeadm clusters"). Decided from what the cluster reports, so a resumed run
+    does what is left."""
+    tasks = _flat(_yaml(ROOT / "roles/kubernetes/tasks/main.yml"))
+    names = [t["name"] for t in tasks]
+    order = ["Install kubeadm at the pinned version",
+             "Check whether this node is already a cluster member",
+             "Read the version this node's kubelet runs",
+             "Upgrade the control plane (the first control plane to move)",
+             "Upgrade this node's components and kubelet configuration",
+             "Install kubelet and kubectl at the pinned version",
+             "Hold the Kubernetes packages at their version",
+             "Restart the kubelet at its new version",
+             "Wait for the kubelet to report the pinned version"]
+    assert [names.index(n) for n in order] == sorted(names.index(n) for n in order)
+    by = {t["name"]: t for t in tasks}
+    assert by["Upgrade the control plane (the first control plane to move)"][
+        "ansible.builtin.command"]["argv"] == ["kubeadm", "upgrade", "apply",
+                                               "v{{ kubernetes_version }}", "--yes"]
+    block = by["Move this cluster member to the pinned version with kubeadm"]
+    assert block["tags"] == ["needs_cluster"] and "kubernetes_member" in block["when"]
+
+    role_vars = _yaml(ROOT / "roles/kubernetes/vars/main.yml")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["bool"] = lambda v: v is True or str(v).strip().lower() in ("true", "yes")
+
+    def ask(expr: str, **ctx: Any) -> bool:
+        # a task its `when` skipped is still registered, as Ansible does, without stdout
+        ctx = {"kubernetes_version": "1.32.4", "kubernetes_cluster_config": {"skipped": True},
+               **ctx}
+        for name in ("kubernetes_moves", "kubernetes_cluster_moved"):
+            ctx.setdefault(name, env.from_string(role_vars[name]).render(**ctx).strip())
+        return env.from_string("{{ " + expr + " }}").render(**ctx).strip() == "True"
+
+    apply_when = by["Upgrade the control plane (the first control plane to move)"]["when"]
+    node_when = by["Upgrade this node's components and kubelet configuration"]["when"]
+    old = {"stdout": "v1.31.4"}
+    moved = {"stdout": "kubernetesVersion: v1.32.4\n"}
+    before = {"stdout": "kubernetesVersion: v1.31.4\n"}
+    # the first control plane: apply, not node
+    assert ask(apply_when, kubernetes_is_control_plane=True, kubernetes_running_version=old,
+               kubernetes_cluster_config=before)
+    assert not ask(node_when, kubernetes_is_control_plane=True,
+                   kubernetes_running_version=old, kubernetes_cluster_config=before)
+    # a further control plane once the cluster moved: node, not apply
+    assert ask(node_when, kubernetes_is_control_plane=True, kubernetes_running_version=old,
+               kubernetes_cluster_config=moved)
+    assert not ask(apply_when, kubernetes_is_control_plane=True,
+                   kubernetes_running_version=old, kubernetes_cluster_config=moved)
+    # a worker: node
+    assert ask(node_when, kubernetes_is_control_plane=False, kubernetes_running_version=old)
+    # a node already at the version (or a new node, which reads nothing): neither
+    for running in ({"stdout": "v1.32.4"}, {"skipped": True}):
+        for cp in (True, False):
+            assert not ask(apply_when, kubernetes_is_control_plane=cp,
+                           kubernetes_running_version=running)
+            assert not ask(node_when, kubernetes_is_control_plane=cp,
+                           kubernetes_running_version=running)
