@@ -303,8 +303,8 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
     does what is left."""
     tasks = _flat(_yaml(ROOT / "roles/kubernetes/tasks/main.yml"))
     names = [t["name"] for t in tasks]
-    order = ["Install kubeadm at the pinned version",
-             "Check whether this node is already a cluster member",
+    order = ["Check whether this node is already a cluster member",
+             "Install kubeadm (with kubelet and kubectl on a new node) at the pinned version",
              "Read the version this node's kubelet runs",
              "Upgrade the control plane (the first control plane to move)",
              "Upgrade this node's components and kubelet configuration",
@@ -317,6 +317,12 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
     assert by["Upgrade the control plane (the first control plane to move)"][
         "ansible.builtin.command"]["argv"] == ["kubeadm", "upgrade", "apply",
                                                "v{{ kubernetes_version }}", "--yes"]
+    install = by["Install kubeadm (with kubelet and kubectl on a new node) at the pinned version"]
+    pkgs = ["kubeadm=1.32.4-*", "kubelet=1.32.4-*", "kubectl=1.32.4-*"]
+    for member, want in ((True, pkgs[:1]), (False, pkgs)):
+        got = jinja2.Environment().from_string(install["ansible.builtin.apt"]["name"]).render(
+            kubernetes_packages=pkgs, kubernetes_member={"stat": {"exists": member}})
+        assert got == str(want)
     block = by["Move this cluster member to the pinned version with kubeadm"]
     assert block["tags"] == ["needs_cluster"] and "kubernetes_member" in block["when"]
 
