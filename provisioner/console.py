@@ -54,6 +54,10 @@ class Console(StateViews):
         if not self.quiet and not self.json_mode:
             self.out.print(text)
 
+    def warn(self, text: str) -> None:
+        """A warning on stderr, so that it reaches the operator in --json mode too."""
+        self.err.print(f"warning: {text}", markup=False)
+
     def error(self, exc: ProvisionerError) -> None:
         findings: Iterable[Finding] = getattr(exc, "findings", None) or []
         findings = list(findings)

@@ -12,7 +12,10 @@ from provisioner import runner as runner_mod
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
 from provisioner.errors import ExitCode
 from provisioner.inventory import load
+from provisioner.profile import for_site
+from provisioner.state import StateStore
 from provisioner.statedir import state_dir
+from provisioner.upgrade import drift
 
 
 @handle_errors
@@ -35,6 +38,9 @@ def run(site: SiteArg = None,
     target = state_dir(loaded.base_dir) / "ansible"
     render_mod.render(loaded, target, lab=lab)
     out = console(json_out)
+    state_path = for_site(loaded, lab=True if lab else None).state_path
+    if state_path.exists() and (behind := drift.note(loaded, StateStore(state_path))):
+        out.warn(behind)  # site.yml would move the nodes back to software:'s pins
     with out.playbook_progress(playbook) as on_event:
         result = runner_mod.run_playbook(target, playbook, limit=limit, tags=tags,
                                          check=check, forks=forks, on_event=on_event)

@@ -30,6 +30,7 @@ from provisioner.kube import KubeClient
 from provisioner.lifecycle import Phase
 from provisioner.profile import Profile, for_site
 from provisioner.state import StateStore
+from provisioner.upgrade.drift import UPGRADED
 from provisioner.upgrade.host import AnsibleInstaller, Installer
 from provisioner.upgrade.plan import (
     PlanOptions,
@@ -43,8 +44,6 @@ from provisioner.upgrade.rolling import DrainOptions, Rolling, RollingOutcome, r
 from provisioner.upgrade.steps import Clock
 from provisioner.workflows import engine
 from provisioner.workflows.engine import NodeOutcome, Progress, ProgressFn
-
-UPGRADED = "upgraded"  # the event kind that records a node's bundle and versions
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from provisioner.lifecycle import (
 )
 from provisioner.profile import Profile, for_site, skipped_tasks
 from provisioner.state import StateStore
+from provisioner.upgrade import drift
 from provisioner.workflows import engine
 from provisioner.workflows.engine import NodeOutcome, Progress, ProgressFn
 from provisioner.workflows.steps import Context
@@ -223,6 +224,8 @@ def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
     t0 = time.monotonic()
     with store.exclusive():
         notes = leftovers.after_killed_runs(store)
+        if (behind := drift.note(loaded, store)) is not None:
+            notes.append(behind)
         run_id = store.start_run(command)
         ctx = Context(loaded, os.environ if env is None else env,
                       engine.Journal(store, run_id, progress), stop or threading.Event(),

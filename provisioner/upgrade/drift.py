@@ -1,0 +1,47 @@
+"""Whether the site's `software:` pins still say what its nodes run.
+
+`upgrade apply` records each node's bundle and versions in the state store (an `upgraded`
+event); the site file keeps its own pins until someone edits them. A run that renders the
+site's pins (`up` for a new or failed node, `add`, `run site.yml`) would put those versions
+on the nodes it configures: a new node behind the cluster, or a whole site rolled back. The
+core says so in the run's notes; it refuses nothing (the operator may mean it).
+"""
+
+from __future__ import annotations
+
+from provisioner.inventory.bundle_models import from_software
+from provisioner.inventory.loader import LoadedSite
+from provisioner.state import StateStore
+
+UPGRADED = "upgraded"  # the event kind that records a node's bundle and versions
+# The rows the roles install at the pinned version (containerd, the toolkit and the charts
+# are not pinned by them: upgrade plan warns of those).
+COMPARED = ("nvidia_driver", "kernel_modules", "fabric_manager", "cuda", "doca", "dcgm",
+            "kubernetes")
+
+
+def note(loaded: LoadedSite, store: StateStore) -> str | None:
+    """One line when some node's recorded bundle pins other versions than `software:`."""
+    latest: dict[str, tuple[str, dict[str, str | None]]] = {}
+    for ev in store.events():
+        if ev.kind == UPGRADED and ev.hostname:
+            latest[ev.hostname] = (str(ev.detail.get("bundle", "")),
+                                   dict(ev.detail.get("versions", {})))
+    if not latest:
+        return None
+    site = from_software(loaded.site.software).components()
+    by_bundle: dict[str, list[str]] = {}
+    rows: dict[str, list[str]] = {}
+    for host, (bundle, versions) in sorted(latest.items()):
+        diff = [f"{c} {versions.get(c)} (site: {site.get(c)})" for c in COMPARED
+                if versions.get(c) != site.get(c)]
+        if diff:
+            by_bundle.setdefault(bundle, []).append(host)
+            rows.setdefault(bundle, diff)
+    if not by_bundle:
+        return None
+    parts = [f"{', '.join(hosts)} run bundle {bundle} ({'; '.join(rows[bundle])})"
+             for bundle, hosts in sorted(by_bundle.items())]
+    return ("software: pins differ from what `upgrade apply` put on the nodes: "
+            + "; ".join(parts) + ". A node this run configures gets the site's pins; set "
+            "software: to the bundle's versions to keep new nodes with the cluster")
