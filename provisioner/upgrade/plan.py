@@ -31,20 +31,20 @@ from provisioner.upgrade.schedule import Scheduler, planned_s
 Versions = Mapping[str, str | None]
 
 # Which nodes a component lives on; everything else is on every server.
-GPU_COMPONENTS = ("nvidia_driver", "kernel_modules", "cuda", "dcgm", "container_toolkit",
-                  "imex")
+GPU_COMPONENTS = ("nvidia_driver", "kernel_modules", "cuda", "dcgm", "container_toolkit")
 NVSWITCH_COMPONENTS = ("fabric_manager", "nscq")
+IMEX_COMPONENTS = ("imex",)  # GB200/GB300 trays: IMEX instead of fabric manager
 ROCE_COMPONENTS = ("doca",)
 NODE_COMPONENTS = ("containerd", "kubernetes")
 CLUSTER_COMPONENTS = ("gpu_operator", "network_operator")  # charts: once, not per node
 # A change to one of these loads a new kernel module: the node reboots.
 REBOOT_COMPONENTS = frozenset({"nvidia_driver", "kernel_modules", "doca"})
-# Bundle rows the rendered roles do not pin (yet): recorded with the bundle and compared
-# like the others, but a node keeps what its repository gave it, and the charts are
-# installed at the versions provisioner/sources.py pins. `plan` says so for each.
 # Rows a bundle may leave out that the roles then stop pinning (fabric manager, NSCQ and
 # IMEX follow the driver's version whatever the bundle says of them).
 UNPINNED_WHEN_LEFT_OUT = frozenset({"dcgm", "doca"})
+# Bundle rows the rendered roles do not pin (yet): recorded with the bundle and compared
+# like the others, but a node keeps what its repository gave it, and the charts are
+# installed at the versions provisioner/sources.py pins. `plan` says so for each.
 NOT_PINNED_BY_ROLES = {
     "containerd": "the roles install the distribution's containerd package without a pin",
     "container_toolkit": "the roles install nvidia-container-toolkit from its repository "
@@ -147,6 +147,8 @@ def components_on(plan: HostPlan, loaded: LoadedSite) -> tuple[str, ...]:
         out += GPU_COMPONENTS
     if plan.block.nvswitch:
         out += NVSWITCH_COMPONENTS
+    if plan.block.imex:
+        out += IMEX_COMPONENTS
     if has_roce(loaded, plan.node):
         out += ROCE_COMPONENTS
     return tuple(out)
@@ -227,6 +229,9 @@ def _site_rules(loaded: LoadedSite, bundle: Bundle, nvswitch: bool) -> list[Refu
     if bundle.nscq and drv and bundle.nscq != drv:
         out.append(Refusal("nscq-version", f"libnvidia-nscq {bundle.nscq} differs from "
                            f"driver {drv}", f"set nscq: '{drv}'"))
+    if bundle.imex and drv and bundle.imex != drv:  # IMEX runs at the driver's version
+        out.append(Refusal("imex-version", f"nvidia-imex {bundle.imex} differs from "
+                           f"driver {drv}", f"set imex: '{drv}'"))
     if nvswitch and not bundle.fabric_manager:
         out.append(Refusal("fabric-manager-missing", "the site has NVSwitch systems and the "
                            "bundle pins no fabric_manager", f"set fabric_manager: '{drv}'"))

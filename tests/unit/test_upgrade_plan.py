@@ -258,3 +258,19 @@ def test_a_bundle_without_kernel_modules_keeps_the_sites_choice(site: Path) -> N
     # NSCQ left out follows the driver: no "stops pinning" warning for it
     assert not any(w.startswith("nscq") for w in plan_of(
         site, GOOD.replace('nscq: "570.148.08"\n', "")).warnings)
+
+
+def test_imex_must_equal_the_driver_and_lives_on_imex_trays_only(site: Path) -> None:
+    """IMEX runs at the driver's version (as NSCQ does); the example's H100 nodes run no
+    IMEX, so a bundle's imex row changes nothing on them."""
+    bad = GOOD + 'imex: "570.124.06"\n'
+    assert codes(site, bad) == ["imex-version"]
+    p = plan_of(site, GOOD + 'imex: "570.148.08"\n')
+    assert p.ok and "imex" not in {c.component for c in p.changes}
+    from provisioner.inventory.topology import host_plans
+    from provisioner.upgrade.plan import components_on
+    from tests.conftest import FIXTURES
+    gb = load(FIXTURES / "sites" / "gb200.yaml")
+    on = {h.hostname: components_on(h, gb) for h in host_plans(gb) if h.is_server}
+    assert "imex" in on["gb01"] and "fabric_manager" not in on["gb01"]
+    assert "imex" not in on["cp01"]
