@@ -26,6 +26,7 @@ from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.software_models import Dcgm, FabricManager, NvidiaDriver, Software
 from provisioner.inventory.topology import HostPlan, has_roce
+from provisioner.render import kernel_modules_for
 from provisioner.upgrade.schedule import Scheduler, planned_s
 
 Versions = Mapping[str, str | None]
@@ -177,6 +178,19 @@ def _bundle_driver(sw: Software, bundle: Bundle) -> NvidiaDriver:
     return drv
 
 
+def _modules(loaded: LoadedSite, hp: HostPlan, versions: Versions) -> str | None:
+    """open or proprietary: what `kernel_modules` (auto included) picks on this node's block
+    at the driver branch of `versions`; None without a GPU or a driver."""
+    driver = versions.get("nvidia_driver") or ""
+    if hp.block.gpu is None or not driver[:3].isdigit() or driver.startswith("000"):
+        return None
+    drv = NvidiaDriver(branch=driver[:3],
+                       kernel_modules=versions.get("kernel_modules") or "auto")
+    sw = loaded.site.software.model_copy(update={"nvidia_driver": drv})
+    return kernel_modules_for(dataclasses.replace(
+        loaded, site=loaded.site.model_copy(update={"software": sw})), hp.block)
+
+
 def effective(loaded: LoadedSite, bundle: Bundle) -> Bundle:
     """The bundle as it applies to this site (its driver with the site's source and kernel
     modules where it names none): what plan compares and apply records."""
@@ -294,12 +308,16 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
     cps = list(all_control_planes) or [h.hostname for h in hosts if h.control_plane]
     refusals += _kube_rules(target.kubernetes, current, cps, [h.hostname for h in hosts])
     per_comp: dict[tuple[str, str | None, str | None], list[str]] = {}
+    flavour_moves: dict[str, list[str]] = {}  # "proprietary to open" -> hosts
     nodes: list[NodePlan] = []
     for hp in hosts:
         old = current.get(hp.hostname, {})
         changed = tuple(c for c in components_on(hp, loaded) if old.get(c) != new.get(c))
         for c in changed:
             per_comp.setdefault((c, old.get(c), new.get(c)), []).append(hp.hostname)
+        if (was := _modules(loaded, hp, old)) != (now := _modules(loaded, hp, new)) and now:
+            flavour_moves.setdefault(f"{was} to {now}", []).append(hp.hostname)
+            changed += ("kernel_modules",) if "kernel_modules" not in changed else ()
         reboot = bool(REBOOT_COMPONENTS & set(changed))
         nodes.append(NodePlan(hp.hostname, domain_of(hp, opts.domain_label), hp.control_plane,
                               changed, reboot, opts.durations.node_s(reboot)))
@@ -327,6 +345,10 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
                  "roles stop pinning it (a new node gets its repository's newest)"
                  for ch in changes if ch.old is not None and ch.new is None
                  and ch.component in UNPINNED_WHEN_LEFT_OUT]
+    warnings += [f"the kernel modules go from {move} on {', '.join(hs)} (kernel_modules: auto "
+                 "picks the open modules from R560 on Turing and later): apt replaces the "
+                 "driver packages; name kernel_modules in the bundle to keep them"
+                 for move, hs in sorted(flavour_moves.items())]
     rollback = [f"{c}: {why}" for c, why in NO_DOWNGRADE.items()
                 if any(ch.component == c and ch.direction == "upgrade" for ch in changes)]
     kube_change = next((ch for ch in changes if ch.component == "kubernetes"), None)

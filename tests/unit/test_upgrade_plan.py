@@ -274,3 +274,21 @@ def test_imex_must_equal_the_driver_and_lives_on_imex_trays_only(site: Path) -> 
     on = {h.hostname: components_on(h, gb) for h in host_plans(gb) if h.is_server}
     assert "imex" in on["gb01"] and "fabric_manager" not in on["gb01"]
     assert "imex" not in on["cp01"]
+
+
+def test_auto_modules_that_move_from_proprietary_to_open_are_said(site: Path) -> None:
+    """kernel_modules: auto on both sides, but Hopper at R550 runs the proprietary modules
+    and at R570 the open ones: the bundle row stays "auto", and plan says what moves."""
+    text = (site / "site.yaml").read_text()
+    (site / "site.yaml").write_text(
+        text.replace('branch: "570"', 'branch: "550"', 1)
+        .replace('version: "570.124.06"', 'version: "550.127.05"', 1)
+        .replace('cuda: "12.8"', 'cuda: "12.4"', 1))
+    p = plan_of(site, GOOD)
+    assert p.ok, p.refusals
+    moved = [w for w in p.warnings if w.startswith("the kernel modules go from")]
+    assert moved == [moved[0]] and "proprietary to open on dgx01, dgx02" in moved[0]
+    # from 570 to 570 nothing moves
+    again = site.parent / "again"
+    shutil.copytree(EXAMPLE, again, ignore=shutil.ignore_patterns(".provision"))
+    assert not any("kernel modules go" in w for w in plan_of(again, GOOD).warnings)
