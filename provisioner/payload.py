@@ -116,12 +116,13 @@ def cuda_major_for(sw: Software) -> int:
 
 
 def _driver_packages(source: DriverSource, branch: int, flavour: Flavour,
-                     arch: str) -> tuple[str, ...]:
+                     arch: str, kernel_flavour: str | None = None) -> tuple[str, ...]:
     sfx = "-open" if flavour == "open" else ""
     if source == "canonical":
-        # Signed, precompiled modules for the running kernel flavour; the -generic meta
-        # package follows kernel updates. Grace (arm64) servers run the 64k-page kernel.
-        kernel = "generic-64k" if arch == "arm64" else "generic"
+        # Signed, precompiled modules for the running kernel flavour (the site's, or
+        # generic); the flavour's meta package follows kernel updates. Grace (arm64) servers
+        # run the 64k-page kernel.
+        kernel = kernel_flavour or ("generic-64k" if arch == "arm64" else "generic")
         return (f"linux-modules-nvidia-{branch}-server{sfx}-{kernel}",
                 f"nvidia-headless-no-dkms-{branch}-server{sfx}",
                 f"nvidia-utils-{branch}-server")
@@ -155,7 +156,8 @@ def for_block(sw: Software, block: BlockType, flavour: Flavour) -> Payload | Non
     arch: Literal["amd64", "arm64"] = "arm64" if arm else "amd64"
     source: DriverSource = drv.source
     dgx_os = sw.os.startswith("dgx-os")
-    driver = () if dgx_os else _driver_packages(source, branch, flavour, arch)
+    driver = () if dgx_os else _driver_packages(source, branch, flavour, arch,
+                                                drv.kernel_flavour)
     pinning: tuple[str, ...] = ()
     if not dgx_os and source == "nvidia" and branch >= PINNING_PACKAGE_FROM:
         pinning = (f"nvidia-driver-pinning-{drv.version or branch}",)

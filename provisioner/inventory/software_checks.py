@@ -67,6 +67,12 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
                 emit("cuda-drops-architecture", ("software", "cuda"),
                      f"CUDA {sw.cuda} no longer supports Volta ({', '.join(volta)})",
                      "pin CUDA 12.x for sites with V100 systems")
+        if drv.kernel_flavour and drv.source != "canonical":
+            emit("kernel-flavour-unused", ("software", "nvidia_driver", "kernel_flavour"),
+                 "kernel_flavour names the flavour of Canonical's precompiled modules; "
+                 "with source nvidia the driver is built for the running kernel (DKMS) and "
+                 "it is not used", "drop kernel_flavour, or set source: canonical",
+                 severity=Severity.WARNING)
         if archs and drv.kernel_modules == "auto" and volta and needs_open:
             emit("mixed-module-flavours", ("software", "nvidia_driver"),
                  "the site mixes GPUs that need proprietary and open modules; each node gets "

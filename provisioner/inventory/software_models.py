@@ -53,6 +53,13 @@ class NvidiaDriver(Model):
     source: Literal["nvidia", "canonical"] = Field(
         default="nvidia", description="nvidia (CUDA repository) or canonical (signed "
         "precompiled modules from the Ubuntu archive, for Secure Boot)")
+    # Canonical's precompiled modules come per kernel flavour: the running kernel's
+    # (linux-modules-nvidia-<B>-server[-open]-<flavour>; DeepOps installs the -nvidia one on
+    # DGX OS 6's linux-nvidia kernel).
+    kernel_flavour: str | None = Field(
+        default=None, pattern=r"^[a-z0-9][a-z0-9.-]*$",
+        description="source canonical: the kernel flavour the nodes run, such as generic, "
+        "generic-hwe-22.04 or nvidia (default generic; generic-64k on arm64)")
 
     @model_validator(mode="after")
     def _version_in_branch(self) -> NvidiaDriver:

@@ -172,7 +172,8 @@ def _bundle_driver(sw: Software, bundle: Bundle) -> NvidiaDriver:
     unsigned DKMS build, or from the proprietary modules the site chose to the open ones."""
     drv = bundle.nvidia_driver
     if sw.nvidia_driver is not None:  # what the bundle leaves out stays the site's
-        kept = {f: getattr(sw.nvidia_driver, f) for f in ("source", "kernel_modules")
+        kept = {f: getattr(sw.nvidia_driver, f)
+                for f in ("source", "kernel_modules", "kernel_flavour")
                 if f not in drv.model_fields_set}
         drv = drv.model_copy(update=kept)
     return drv

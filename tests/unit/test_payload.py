@@ -301,3 +301,22 @@ def test_running_kernel_headers_before_a_dkms_build(role, tasks, before):
         assert _payload(*CASES["dgx-h100/nvidia-580"]).builds_with_dkms
         assert not _payload(*CASES["dgx-h100/canonical-580"]).builds_with_dkms
 
+
+
+def test_canonical_modules_follow_the_sites_kernel_flavour(tmp_path):
+    """Canonical's modules come per kernel flavour: generic by default (generic-64k on
+    Grace), or the flavour the site names (DGX OS 6's linux-nvidia kernel: -nvidia); a
+    flavour named with NVIDIA's DKMS source is unused, and validate says so."""
+    pins = dict(CASES["dgx-h100/canonical-580"][1])
+    assert _payload("dgx-h100", pins).driver[0] == "linux-modules-nvidia-580-server-open-generic"
+    pins["nvidia_driver"] = {**pins["nvidia_driver"], "kernel_flavour": "nvidia"}
+    assert _payload("dgx-h100", pins).driver[0] == "linux-modules-nvidia-580-server-open-nvidia"
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventories/example", site,
+                    ignore=shutil.ignore_patterns(".provision"))
+    text = (site / "site.yaml").read_text()
+    (site / "site.yaml").write_text(text.replace(
+        "kernel_modules: auto ", "kernel_modules: auto\n    kernel_flavour: nvidia ", 1))
+    from provisioner.inventory import checks
+    found = [f for f in checks.check(load(site)) if f.code == "kernel-flavour-unused"]
+    assert found and found[0].severity.value == "warning"

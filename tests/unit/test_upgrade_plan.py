@@ -219,7 +219,8 @@ def test_the_driver_source_stays_the_sites(site: Path) -> None:
     that names another is refused (a reinstall, not a rolling upgrade)."""
     text = (site / "site.yaml").read_text()
     (site / "site.yaml").write_text(text.replace(
-        'version: "570.124.06"\n', 'version: "570.124.06"\n    source: canonical\n', 1))
+        'version: "570.124.06"\n',
+        'version: "570.124.06"\n    source: canonical\n    kernel_flavour: nvidia\n', 1))
     (site / "bundles" / "next.yaml").write_text(GOOD)
     loaded = load(site)
     assert loaded.site.software.nvidia_driver.source == "canonical"
@@ -228,7 +229,7 @@ def test_the_driver_source_stays_the_sites(site: Path) -> None:
     from provisioner.upgrade.plan import site_at
     packages = {i["name"] for i in render.artifacts(site_at(loaded, bundle))
                 if i["kind"] == "package"}
-    assert "linux-modules-nvidia-570-server-open-generic" in packages
+    assert "linux-modules-nvidia-570-server-open-nvidia" in packages  # the site's flavour
     assert "nvidia-driver-570-open" not in packages
     assert plan_of(site, GOOD).ok
     assert codes(site, GOOD.replace("kernel_modules: auto", "kernel_modules: auto, "
