@@ -40,7 +40,7 @@ def run(site: SiteArg = None,
     out = console(json_out)
     state_path = for_site(loaded, lab=True if lab else None).state_path
     if state_path.exists() and (behind := drift.note(loaded, StateStore(state_path))):
-        out.warn(behind)  # site.yml would move the nodes back to software:'s pins
+        out.warn(behind)  # a playbook that configures nodes (site.yml) uses software:'s pins
     with out.playbook_progress(playbook) as on_event:
         result = runner_mod.run_playbook(target, playbook, limit=limit, tags=tags,
                                          check=check, forks=forks, on_event=on_event)

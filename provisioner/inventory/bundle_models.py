@@ -136,7 +136,7 @@ def from_software(software: Any, name: str = "site") -> Bundle:
         bundle=BundleInfo(name=name),
         nvidia_driver=drv,
         fabric_manager=software.fabric_manager.version or version,
-        nscq=version, imex=None, cuda=software.cuda or "0",
+        nscq=version, imex=version, cuda=software.cuda or "0",
         doca=software.doca, dcgm=software.dcgm.version,
         kubernetes=software.kubernetes.version if software.kubernetes else "0.0.0",
     )

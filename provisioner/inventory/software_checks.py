@@ -67,6 +67,13 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
                 emit("cuda-drops-architecture", ("software", "cuda"),
                      f"CUDA {sw.cuda} no longer supports Volta ({', '.join(volta)})",
                      "pin CUDA 12.x for sites with V100 systems")
+        from provisioner.payload import ARM64_ARCHS  # payload imports the inventory
+        if drv.kernel_flavour and {a in ARM64_ARCHS for a in archs} == {True, False}:
+            emit("kernel-flavour-mixed", ("software", "nvidia_driver", "kernel_flavour"),
+                 f"kernel_flavour {drv.kernel_flavour} applies to every GPU node, but the site "
+                 "has both Grace (arm64, 64k-page kernels) and x86 GPU nodes",
+                 "leave kernel_flavour out (generic, generic-64k on Grace) or keep one "
+                 "architecture per site", severity=Severity.WARNING)
         if drv.kernel_flavour and drv.source != "canonical":
             emit("kernel-flavour-unused", ("software", "nvidia_driver", "kernel_flavour"),
                  "kernel_flavour names the flavour of Canonical's precompiled modules; "

@@ -15,9 +15,9 @@ from provisioner.state import StateStore
 
 UPGRADED = "upgraded"  # the event kind that records a node's bundle and versions
 # The rows the roles install at the pinned version (containerd, the toolkit and the charts
-# are not pinned by them: upgrade plan warns of those).
-COMPARED = ("nvidia_driver", "kernel_modules", "fabric_manager", "cuda", "doca", "dcgm",
-            "kubernetes")
+# are not pinned by them: upgrade plan warns of those; fabric manager, NSCQ and IMEX follow
+# the driver).
+COMPARED = ("nvidia_driver", "kernel_modules", "cuda", "doca", "dcgm", "kubernetes")
 
 
 def note(loaded: LoadedSite, store: StateStore) -> str | None:

@@ -193,10 +193,13 @@ def _modules(loaded: LoadedSite, hp: HostPlan, versions: Versions) -> str | None
 
 
 def effective(loaded: LoadedSite, bundle: Bundle) -> Bundle:
-    """The bundle as it applies to this site (its driver with the site's source and kernel
-    modules where it names none): what plan compares and apply records."""
-    return bundle.model_copy(update={"nvidia_driver": _bundle_driver(loaded.site.software,
-                                                                     bundle)})
+    """The bundle as it applies to this site (its driver with the site's source, kernel
+    modules and kernel flavour where it names none; NSCQ and IMEX at the driver's version
+    where it pins none, as the roles install them): what plan compares and apply records."""
+    drv = _bundle_driver(loaded.site.software, bundle)
+    return bundle.model_copy(update={"nvidia_driver": drv,
+                                     "nscq": bundle.nscq or drv.version,
+                                     "imex": bundle.imex or drv.version})
 
 
 def software_at(loaded: LoadedSite, bundle: Bundle) -> Software:
@@ -228,6 +231,14 @@ def _site_rules(loaded: LoadedSite, bundle: Bundle, nvswitch: bool) -> list[Refu
 
     software_checks.check(site_at(loaded, bundle), emit)
     site_drv = loaded.site.software.nvidia_driver
+    if site_drv is not None and _bundle_driver(
+            loaded.site.software, bundle).kernel_flavour != site_drv.kernel_flavour:
+        out.append(Refusal(
+            "kernel-flavour-change", f"the bundle names kernel flavour "
+            f"{bundle.nvidia_driver.kernel_flavour}, the site "
+            f"{site_drv.kernel_flavour or 'the default'}",
+            "the kernel flavour is the nodes' (software.nvidia_driver.kernel_flavour): drop "
+            "it from the bundle, and change the site's when the nodes boot another kernel"))
     if site_drv is not None and _bundle_driver(loaded.site.software,
                                                bundle).source != site_drv.source:
         out.append(Refusal(
@@ -316,7 +327,8 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
         changed = tuple(c for c in components_on(hp, loaded) if old.get(c) != new.get(c))
         for c in changed:
             per_comp.setdefault((c, old.get(c), new.get(c)), []).append(hp.hostname)
-        if (was := _modules(loaded, hp, old)) != (now := _modules(loaded, hp, new)) and now:
+        if ((was := _modules(loaded, hp, old)) != (now := _modules(loaded, hp, new)) and now
+                and new.get("kernel_modules") == "auto"):  # named in the bundle: its row says
             flavour_moves.setdefault(f"{was} to {now}", []).append(hp.hostname)
             changed += ("kernel_modules",) if "kernel_modules" not in changed else ()
         reboot = bool(REBOOT_COMPONENTS & set(changed))

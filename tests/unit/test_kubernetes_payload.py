@@ -5,6 +5,7 @@ and handler orders that work (br_netfilter before sysctl, openibd before RoCE Qo
 
 from __future__ import annotations
 
+import base64
 import re
 import subprocess
 import typing
@@ -306,6 +307,9 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
     order = ["Check whether this node is already a cluster member",
              "Install kubeadm (with kubelet and kubectl on a new node) at the pinned version",
              "Read the version this node's kubelet runs",
+             "Read the version of this control plane's API server",
+             "Read the cluster's version",
+             "Move one control plane first, and the workers after it",
              "Upgrade the control plane (the first control plane to move)",
              "Upgrade this node's components and kubelet configuration",
              "Install kubelet and kubectl at the pinned version",
@@ -329,10 +333,14 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
     role_vars = _yaml(ROOT / "roles/kubernetes/vars/main.yml")
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.filters["bool"] = lambda v: v is True or str(v).strip().lower() in ("true", "yes")
+    env.filters["b64decode"] = lambda v: base64.b64decode(v).decode()
+    env.filters["intersect"] = lambda a, b: [x for x in a if x in b]
 
     def ask(expr: str, **ctx: Any) -> bool:
         # a task its `when` skipped is still registered, as Ansible does, without stdout
         ctx = {"kubernetes_version": "1.32.4", "kubernetes_cluster_config": {"skipped": True},
+               "kubernetes_apiserver_manifest": {"skipped": True},
+               "ansible_play_hosts": ["cp01"], "groups": {"kube_control_plane": ["cp01"]},
                **ctx}
         for name in ("kubernetes_moves", "kubernetes_cluster_moved"):
             ctx.setdefault(name, env.from_string(role_vars[name]).render(**ctx).strip())
@@ -355,6 +363,26 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
                    kubernetes_running_version=old, kubernetes_cluster_config=moved)
     # a worker: node
     assert ask(node_when, kubernetes_is_control_plane=False, kubernetes_running_version=old)
+    # a control plane whose kubelet moved but whose API server did not (packages alone, as
+    # before kubeadm upgrade ran): it moves, and applies
+    manifest = {"content": base64.b64encode(
+        b"    image: registry.k8s.io/kube-apiserver:v1.31.4\n").decode()}
+    assert ask(apply_when, kubernetes_is_control_plane=True,
+               kubernetes_running_version={"stdout": "v1.32.4"},
+               kubernetes_apiserver_manifest=manifest, kubernetes_cluster_config=before)
+    # the guard: a worker before the cluster moved, or two control planes applying at once
+    guard = by["Move one control plane first, and the workers after it"][
+        "ansible.builtin.assert"]["that"]
+    assert not all(ask(t, kubernetes_is_control_plane=False, kubernetes_running_version=old,
+                       kubernetes_cluster_config=before) for t in guard)
+    assert all(ask(t, kubernetes_is_control_plane=False, kubernetes_running_version=old,
+                   kubernetes_cluster_config=moved) for t in guard)
+    two = {"ansible_play_hosts": ["cp01", "cp02"],
+           "groups": {"kube_control_plane": ["cp01", "cp02", "cp03"]}}
+    assert not all(ask(t, kubernetes_is_control_plane=True, kubernetes_running_version=old,
+                       kubernetes_cluster_config=before, **two) for t in guard)
+    assert all(ask(t, kubernetes_is_control_plane=True, kubernetes_running_version=old,
+                   kubernetes_cluster_config=before) for t in guard)
     # a node already at the version (or a new node, which reads nothing): neither
     for running in ({"stdout": "v1.32.4"}, {"skipped": True}):
         for cp in (True, False):

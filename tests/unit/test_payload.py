@@ -320,3 +320,9 @@ def test_canonical_modules_follow_the_sites_kernel_flavour(tmp_path):
     from provisioner.inventory import checks
     found = [f for f in checks.check(load(site)) if f.code == "kernel-flavour-unused"]
     assert found and found[0].severity.value == "warning"
+    # one flavour for Grace and x86 GPU nodes at once: said
+    placements = site / "placements.yaml"
+    placements.write_text(placements.read_text().replace("block: dgx-h100",
+                                                         "block: gb200-nvl72-tray", 1))
+    codes = {f.code for f in checks.check(load(site))}
+    assert "kernel-flavour-mixed" in codes

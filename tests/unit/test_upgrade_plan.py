@@ -256,6 +256,12 @@ def test_a_bundle_without_kernel_modules_keeps_the_sites_choice(site: Path) -> N
     # a bundle that names the modules changes them, and plan says so
     p = plan_of(site, GOOD)
     assert {c.component: c.new for c in p.changes}["kernel_modules"] == "auto"
+    # modules the bundle names itself: its row says so, no auto warning
+    assert not any("kernel modules go" in w for w in plan_of(
+        site, GOOD.replace("kernel_modules: auto", "kernel_modules: open")).warnings)
+    # a kernel flavour is the nodes', not a release's
+    assert "kernel-flavour-change" in codes(site, GOOD.replace(
+        "kernel_modules: auto", "kernel_modules: auto, kernel_flavour: nvidia"))
     # NSCQ left out follows the driver: no "stops pinning" warning for it
     assert not any(w.startswith("nscq") for w in plan_of(
         site, GOOD.replace('nscq: "570.148.08"\n', "")).warnings)
