@@ -61,10 +61,9 @@ class Rendered:
     groups: dict[str, list[str]] = field(default_factory=dict)
 
 
-def kernel_modules_for(loaded: LoadedSite, block: BlockType) -> str:
-    """open or proprietary for one block type, honouring the site's choice."""
-    drv = loaded.site.software.nvidia_driver
-    wanted = drv.kernel_modules if drv else "auto"
+def modules_for(wanted: str, branch: int, block: BlockType) -> str:
+    """open or proprietary for one block type at a driver branch, honouring a choice
+    (`wanted`: auto, open or proprietary)."""
     arch = block.gpu.architecture if block.gpu else None
     if wanted != "auto":
         return wanted
@@ -72,9 +71,15 @@ def kernel_modules_for(loaded: LoadedSite, block: BlockType) -> str:
         return "proprietary"
     if arch in OPEN_ONLY_ARCHS:
         return "open"
-    branch = int(drv.branch) if drv else 0
     # Open modules are NVIDIA's default since R560 (driver installation guide).
     return "open" if branch >= 560 else "proprietary"
+
+
+def kernel_modules_for(loaded: LoadedSite, block: BlockType) -> str:
+    """open or proprietary for one block type, honouring the site's choice."""
+    drv = loaded.site.software.nvidia_driver
+    return modules_for(drv.kernel_modules if drv else "auto", int(drv.branch) if drv else 0,
+                       block)
 
 
 MIRROR_KEY_NAME = "site-mirror-key"  # in the rendered project's files/ (+ the key's suffix)

@@ -30,7 +30,7 @@ from provisioner.kube import KubeClient
 from provisioner.lifecycle import Phase
 from provisioner.profile import Profile, for_site
 from provisioner.state import StateStore
-from provisioner.upgrade.drift import UPGRADED
+from provisioner.upgrade.drift import UPGRADED, latest_upgraded
 from provisioner.upgrade.host import AnsibleInstaller, Installer
 from provisioner.upgrade.plan import (
     PlanOptions,
@@ -83,14 +83,8 @@ class ApplyResult:
 def recorded_versions(store: StateStore | None, hosts: Sequence[str],
                       default: Mapping[str, str | None]) -> dict[str, dict[str, str | None]]:
     """What each node runs now: its last `upgraded` event, or the site's pins."""
-    out = {h: dict(default) for h in hosts}
-    if store is None:
-        return out
-    wanted = set(hosts)
-    for ev in store.events():
-        if ev.kind == UPGRADED and ev.hostname in wanted:
-            out[ev.hostname] = dict(ev.detail.get("versions", {}))
-    return out
+    latest = latest_upgraded(store) if store is not None else {}
+    return {h: dict(latest[h][1]) if h in latest else dict(default) for h in hosts}
 
 
 def in_flight(store: StateStore, hosts: Collection[str]) -> dict[str, str | None]:

@@ -20,13 +20,19 @@ UPGRADED = "upgraded"  # the event kind that records a node's bundle and version
 COMPARED = ("nvidia_driver", "kernel_modules", "cuda", "doca", "dcgm", "kubernetes")
 
 
-def note(loaded: LoadedSite, store: StateStore) -> str | None:
-    """One line when some node's recorded bundle pins other versions than `software:`."""
+def latest_upgraded(store: StateStore) -> dict[str, tuple[str, dict[str, str | None]]]:
+    """Each upgraded node's last recorded bundle and versions."""
     latest: dict[str, tuple[str, dict[str, str | None]]] = {}
     for ev in store.events():
         if ev.kind == UPGRADED and ev.hostname:
             latest[ev.hostname] = (str(ev.detail.get("bundle", "")),
                                    dict(ev.detail.get("versions", {})))
+    return latest
+
+
+def note(loaded: LoadedSite, store: StateStore) -> str | None:
+    """One line when some node's recorded bundle pins other versions than `software:`."""
+    latest = latest_upgraded(store)
     if not latest:
         return None
     site = from_software(loaded.site.software).components()

@@ -26,7 +26,7 @@ from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.software_models import Dcgm, FabricManager, NvidiaDriver, Software
 from provisioner.inventory.topology import HostPlan, has_roce
-from provisioner.render import kernel_modules_for
+from provisioner.render import modules_for
 from provisioner.upgrade.schedule import Scheduler, planned_s
 
 Versions = Mapping[str, str | None]
@@ -179,17 +179,13 @@ def _bundle_driver(sw: Software, bundle: Bundle) -> NvidiaDriver:
     return drv
 
 
-def _modules(loaded: LoadedSite, hp: HostPlan, versions: Versions) -> str | None:
+def _modules(hp: HostPlan, versions: Versions) -> str | None:
     """open or proprietary: what `kernel_modules` (auto included) picks on this node's block
     at the driver branch of `versions`; None without a GPU or a driver."""
     driver = versions.get("nvidia_driver") or ""
     if hp.block.gpu is None or not driver[:3].isdigit() or driver.startswith("000"):
         return None
-    drv = NvidiaDriver(branch=driver[:3],
-                       kernel_modules=versions.get("kernel_modules") or "auto")
-    sw = loaded.site.software.model_copy(update={"nvidia_driver": drv})
-    return kernel_modules_for(dataclasses.replace(
-        loaded, site=loaded.site.model_copy(update={"software": sw})), hp.block)
+    return modules_for(versions.get("kernel_modules") or "auto", int(driver[:3]), hp.block)
 
 
 def effective(loaded: LoadedSite, bundle: Bundle) -> Bundle:
@@ -231,16 +227,15 @@ def _site_rules(loaded: LoadedSite, bundle: Bundle, nvswitch: bool) -> list[Refu
 
     software_checks.check(site_at(loaded, bundle), emit)
     site_drv = loaded.site.software.nvidia_driver
-    if site_drv is not None and _bundle_driver(
-            loaded.site.software, bundle).kernel_flavour != site_drv.kernel_flavour:
+    at = _bundle_driver(loaded.site.software, bundle)
+    if site_drv is not None and at.kernel_flavour != site_drv.kernel_flavour:
         out.append(Refusal(
             "kernel-flavour-change", f"the bundle names kernel flavour "
             f"{bundle.nvidia_driver.kernel_flavour}, the site "
             f"{site_drv.kernel_flavour or 'the default'}",
             "the kernel flavour is the nodes' (software.nvidia_driver.kernel_flavour): drop "
             "it from the bundle, and change the site's when the nodes boot another kernel"))
-    if site_drv is not None and _bundle_driver(loaded.site.software,
-                                               bundle).source != site_drv.source:
+    if site_drv is not None and at.source != site_drv.source:
         out.append(Refusal(
             "driver-source-change", f"the bundle takes the driver from "
             f"{bundle.nvidia_driver.source}, the site from {site_drv.source}",
@@ -327,7 +322,7 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
         changed = tuple(c for c in components_on(hp, loaded) if old.get(c) != new.get(c))
         for c in changed:
             per_comp.setdefault((c, old.get(c), new.get(c)), []).append(hp.hostname)
-        if ((was := _modules(loaded, hp, old)) != (now := _modules(loaded, hp, new)) and now
+        if ((was := _modules(hp, old)) != (now := _modules(hp, new)) and now
                 and new.get("kernel_modules") == "auto"):  # named in the bundle: its row says
             flavour_moves.setdefault(f"{was} to {now}", []).append(hp.hostname)
             changed += ("kernel_modules",) if "kernel_modules" not in changed else ()
@@ -352,10 +347,8 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
     # a row the bundle leaves out is unpinned, not kept: say so (a bundle written from an
     # older template drops a pin nobody meant to drop)
     warnings += [f"{ch.component} is pinned at {ch.old} now and the bundle pins none: the "
-                 "roles stop pinning it (a new node gets its repository's newest; DOCA is "
-                 "no longer installed)" if ch.component == "doca" else
-                 f"{ch.component} is pinned at {ch.old} now and the bundle pins none: the "
-                 "roles stop pinning it (a new node gets its repository's newest)"
+                 "roles stop pinning it (a new node gets its repository's newest"
+                 + ("; DOCA is no longer installed)" if ch.component == "doca" else ")")
                  for ch in changes if ch.old is not None and ch.new is None
                  and ch.component in UNPINNED_WHEN_LEFT_OUT]
     warnings += [f"the kernel modules go from {move} on {', '.join(hs)} (kernel_modules: auto "
