@@ -20,6 +20,14 @@ GPU_RESOURCE = "nvidia.com/gpu"
 CORDONED_BY = "provisioner.io/cordoned-by"
 
 
+class Down(StrEnum):
+    """Why a node is not serving, as `KubeClient.unavailable` reports it."""
+
+    CORDONED = "unschedulable"  # cordoned by someone else: maintenance; left alone
+    OURS = "cordoned by provisioner"  # our own cordon (it carries CORDONED_BY)
+    NOT_READY = "not Ready"
+
+
 class Eviction(StrEnum):
     EVICTED = "evicted"  # 201: the API server accepted the eviction
     BLOCKED = "blocked"  # 429: a PodDisruptionBudget does not allow it now
@@ -63,10 +71,8 @@ class KubeClient(Protocol):
 
     def health(self, node: str) -> NodeHealth: ...
 
-    def unavailable(self) -> dict[str, str]:
-        """Nodes not serving now, whoever made them so, and why: "unschedulable" (cordoned
-        by someone else: maintenance), "cordoned by provisioner" (our own cordon, carrying
-        CORDONED_BY) or "not Ready". One list call."""
+    def unavailable(self) -> dict[str, Down]:
+        """Nodes not serving now, whoever made them so, and why. One list call."""
         ...
 
     def pdbs(self) -> list[str]: ...

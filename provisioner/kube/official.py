@@ -18,7 +18,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException  # type: ignore[import-untyped]
 
 from provisioner.errors import KubeError
-from provisioner.kube import CORDONED_BY, GPU_RESOURCE, Eviction, NodeHealth, PodRef
+from provisioner.kube import CORDONED_BY, GPU_RESOURCE, Down, Eviction, NodeHealth, PodRef
 from provisioner.secrets import Secret
 
 T = TypeVar("T")
@@ -122,7 +122,7 @@ class OfficialClient:
                           allocatable_gpus=int(gpus) if gpus.isdigit() else 0,
                           kubelet_version=info.kubelet_version if info else None)
 
-    def unavailable(self) -> dict[str, str]:
+    def unavailable(self) -> dict[str, Down]:
         nodes = self._call("list nodes", self._core.list_node)
         out = {}
         for n in nodes.items:
@@ -130,9 +130,9 @@ class OfficialClient:
             ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
             if n.spec and n.spec.unschedulable:
                 ours = CORDONED_BY in (n.metadata.annotations or {})
-                out[n.metadata.name] = "cordoned by provisioner" if ours else "unschedulable"
+                out[n.metadata.name] = Down.OURS if ours else Down.CORDONED
             elif not ready:
-                out[n.metadata.name] = "not Ready"
+                out[n.metadata.name] = Down.NOT_READY
         return out
 
     def pdbs(self) -> list[str]:

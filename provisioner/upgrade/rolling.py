@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from provisioner.errors import ProvisionerError
-from provisioner.kube import KubeClient
+from provisioner.kube import Down, KubeClient
 from provisioner.lifecycle import UPGRADE_PATH, Phase
 from provisioner.upgrade.host import Installer
 from provisioner.upgrade.schedule import Scheduler
@@ -165,7 +165,7 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
         # (exit 13), between batches.
         servers = set(r.servers)
         outside = {h: why for h, why in r.kube.unavailable().items() if h in servers}
-        cordoned_by_others = {h for h, why in outside.items() if why == "unschedulable"}
+        cordoned_by_others = {h for h, why in outside.items() if why is Down.CORDONED}
         # a selected control plane left alone still serves the old API version: it holds
         # the workers as one this upgrade has not finished
         unfinished = ours | {h for h in remaining if h in cordoned_by_others
@@ -180,7 +180,7 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
         down = ours | set(outside)
         # an operator's cordon leaves etcd serving; NotReady, or our own unrecorded
         # cordon (a killed run mid-upgrade), may not
-        etcd_down = ours | {h for h, why in outside.items() if why != "unschedulable"}
+        etcd_down = ours | {h for h, why in outside.items() if why is not Down.CORDONED}
         batch = r.scheduler.next_batch(candidates, down, workers_total, unfinished=unfinished,
                                        etcd_down=etcd_down)
         if not batch:

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from provisioner.errors import KubeError
-from provisioner.kube import Eviction, NodeHealth, PodRef
+from provisioner.kube import Down, Eviction, NodeHealth, PodRef
 from provisioner.lifecycle import Phase
 from provisioner.state import StateStore
 from provisioner.upgrade import rolling
@@ -119,9 +119,9 @@ class SimCluster:
         with self.lock:
             self.evicted.add(pod.name.rsplit("-", 1)[0])
 
-    def unavailable(self) -> dict[str, str]:
+    def unavailable(self) -> dict[str, Down]:
         with self.lock:  # the sim's cordons are all this run's own: already counted down
-            return dict.fromkeys(self.cordoned, "unschedulable")
+            return dict.fromkeys(self.cordoned, Down.CORDONED)
 
     def health(self, node: str) -> NodeHealth:
         return NodeHealth(ready=self.fates[node] != "not_ready", unschedulable=True,
