@@ -64,6 +64,16 @@ class RunResult:
     def failures(self) -> list[TaskEvent]:
         return [e for e in self.events if e.status in ("failed", "unreachable")]
 
+    def failure_of(self, host: str) -> TaskEvent | None:
+        """The task that failed `host`: its last failure event, or None when the host's
+        stats count none (a block's failed task that its rescue handled is still reported
+        as failed; the rescue's own failure comes after it)."""
+        mine = [e for e in self.failures if e.host == host]
+        stats = self.hosts.get(host)
+        if not mine or (stats is not None and not stats.failed and not stats.unreachable):
+            return None
+        return mine[-1]
+
     def by_status(self, status: str) -> list[TaskEvent]:
         return [e for e in self.events if e.status == status]
 

@@ -49,11 +49,10 @@ class Installer(Protocol):
 def _per_host(result: runner_mod.RunResult, batch: Sequence[str]) -> Outcome:
     out: Outcome = {}
     for h in batch:
-        failures = [e for e in result.failures if e.host == h]
-        if failures:
-            first = failures[0]
-            out[h] = (f"{result.playbook}: {first.status} at '{first.task}': "
-                      f"{first.message} (log: {result.artifact_dir})")
+        failure = result.failure_of(h)
+        if failure is not None:
+            out[h] = (f"{result.playbook}: {failure.status} at '{failure.task}': "
+                      f"{failure.message} (log: {result.artifact_dir})")
         elif not result.ok and not result.failures:
             out[h] = f"{result.playbook} ended {result.status} (rc {result.rc})"
         else:

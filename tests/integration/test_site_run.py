@@ -167,3 +167,28 @@ def test_a_failing_task_on_one_host_leaves_the_others_finished(site_lab):
     assert stats["dgx02"][2] == "1"  # failed
     for host in ("cp01", "cp02", "cp03", "dgx01", "stor01"):
         assert stats[host][2] == "0" and stats[host][3] == "0", (host, stats[host])
+
+
+def test_a_kernel_without_headers_in_the_archive_stops_with_the_reason(site_lab):
+    """A node still running a kernel whose headers have left the archive: apt's "no
+    package matching" becomes a failure that says why DKMS needs them and what to do, and
+    only that node fails (real apt against the lab mirror, which lacks this release)."""
+    site, _state = site_lab
+    loaded = load(site)
+    out = render.render(loaded, loaded.base_dir / ".provision" / "ansible", lab=True).out
+    gone = "5.15.0-1-superseded"
+    res = runner.run_playbook(out, "site.yml", limit="dgx02", tags="nvidia_driver",
+                              extravars={"nvidia_driver_kernel_release": gone})
+    failed = res.failures
+    # apt's failure (rescued), then the rescue's: the run's report ends with the reason
+    assert [(e.host, e.task) for e in failed] == [
+        ("dgx02", "Install the running kernel's headers for DKMS"),
+        ("dgx02", "Stop with what to do about the missing headers")], failed
+    assert res.hosts["dgx02"].failed == 1, res.hosts
+    why = failed[-1].message
+    assert f"linux-headers-{gone} could not be installed" in why
+    assert "No package matching" in why  # apt's own reason, kept
+    assert "boot a current kernel first" in why and "source canonical" in why
+    # nothing after it ran: the driver was not touched on a node that cannot build it
+    assert not [e for e in res.events if e.host == "dgx02"
+                and e.task == "Install the driver packages (Ubuntu)"]

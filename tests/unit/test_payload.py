@@ -291,10 +291,19 @@ def test_running_kernel_headers_before_a_dkms_build(role, tasks, before):
     their own tag where that kernel cannot name a package."""
     listed = yaml.safe_load((ROOT / "roles" / role / "tasks" / tasks).read_text())
     names = [t["name"] for t in listed]
-    headers = listed[names.index("Install the running kernel's headers for DKMS")]
+    headers = listed[names.index("The running kernel's headers for DKMS, or why they are "
+                                 "missing")]
     assert names.index(headers["name"]) < names.index(before)
-    assert headers["ansible.builtin.apt"]["name"] == "linux-headers-{{ ansible_facts.kernel }}"
+    install, = headers["block"]
+    assert install["name"] == "Install the running kernel's headers for DKMS"
+    release = f"{{{{ {role}_kernel_release }}}}"
+    assert install["ansible.builtin.apt"]["name"] == f"linux-headers-{release}"
+    defaults = yaml.safe_load((ROOT / "roles" / role / "defaults/main.yml").read_text())
+    assert defaults[f"{role}_kernel_release"] == "{{ ansible_facts.kernel }}"
     assert headers["tags"] == ["needs_mirror", "needs_kernel_headers"]
+    # apt's "no package matching" becomes the reason and the ways out
+    explain, = headers["rescue"]
+    assert "ansible_failed_result.msg" in explain["ansible.builtin.fail"]["msg"]
     if role == "nvidia_driver":  # Canonical's precompiled modules need none
         assert "nvidia_driver_source == 'nvidia'" in headers["when"]
         # --artifacts lists the headers for exactly the payloads the role installs them for

@@ -130,11 +130,10 @@ class Playbook:
         where = f" on execution node {worker}" if worker else ""
         passed: dict[str, dict[str, Any]] = {}
         for h in batch:
-            failures = [e for e in result.failures if e.host == h]
-            if failures:
-                first = failures[0]
-                journal.fail(h, step, f"{first.status} at '{first.task}': {first.message}"
-                             f" (log{where}: {result.artifact_dir})")
+            failure = result.failure_of(h)
+            if failure is not None:
+                journal.fail(h, step, f"{failure.status} at '{failure.task}': "
+                             f"{failure.message} (log{where}: {result.artifact_dir})")
             elif result.status == "canceled":  # aborted (a second Ctrl-C), not just stopped
                 journal.stopped(h, step, "playbook canceled")
             elif not result.ok and not result.failures:

@@ -56,10 +56,10 @@ def check_mode(ctx: Context, hosts: list[str], forks: int) -> Mapping[str, str]:
         ctx.notes.append(LAB_JOIN_NOTE)
     failed: dict[str, str] = {}
     for h in hosts:
-        bad = [e for e in result.failures if e.host == h]
-        if bad:
-            failed[h] = (f"join (check mode): {bad[0].status} at '{bad[0].task}': "
-                         f"{bad[0].message} (log: {result.artifact_dir})")
+        bad = result.failure_of(h)
+        if bad is not None:
+            failed[h] = (f"join (check mode): {bad.status} at '{bad.task}': "
+                         f"{bad.message} (log: {result.artifact_dir})")
         elif not result.ok:
             failed[h] = (f"join (check mode): {PLAYBOOK} ended {result.status} (rc "
                          f"{result.rc}); see {result.artifact_dir}")
