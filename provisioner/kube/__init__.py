@@ -71,6 +71,11 @@ class KubeClient(Protocol):
 
     def health(self, node: str) -> NodeHealth: ...
 
+    def apiserver_version(self, node: str) -> str | None:
+        """The version (image tag) of the API server a control plane runs: its static
+        pod's mirror, kube-system/kube-apiserver-NODE as kubeadm names it; None if absent."""
+        ...
+
     def unavailable(self) -> dict[str, Down]:
         """Nodes not serving now, whoever made them so, and why. One list call."""
         ...

@@ -122,6 +122,22 @@ class OfficialClient:
                           allocatable_gpus=int(gpus) if gpus.isdigit() else 0,
                           kubelet_version=info.kubelet_version if info else None)
 
+    def apiserver_version(self, node: str) -> str | None:
+        try:
+            pod = self._call(f"read the API server pod of {node}",
+                             self._core.read_namespaced_pod, f"kube-apiserver-{node}",
+                             "kube-system")
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        images = [c.image or "" for c in (pod.spec.containers if pod.spec else None) or []
+                  if c.name == "kube-apiserver"]
+        # registry.k8s.io/kube-apiserver:v1.32.4 (kubeadm's manifest); a digest-only image
+        # names no version
+        tag = images[0].rsplit("/", 1)[-1].partition(":")[2] if images else ""
+        return tag.split("@", 1)[0] or None
+
     def unavailable(self) -> dict[str, Down]:
         nodes = self._call("list nodes", self._core.list_node)
         out = {}

@@ -17,6 +17,7 @@ import argparse
 import hmac
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
@@ -25,11 +26,31 @@ from urllib.parse import parse_qs, unquote, urlsplit
 _LOCK = threading.Lock()
 
 
-def world(nodes: list[str], *, gpus: int = 8, kubelet: str = "v1.31.4") -> dict[str, Any]:
-    """A starting world: every node Ready and schedulable, no pods, no PDBs."""
+def world(nodes: list[str], *, gpus: int = 8, kubelet: str = "v1.31.4",
+          control_planes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A starting world: every node Ready and schedulable, no PDBs, no pods but each
+    control plane's API server (kubeadm's static pod, listed as its mirror pod)."""
     return {"nodes": {n: {"ready": True, "unschedulable": False, "gpus": gpus,
                           "kubelet": kubelet} for n in nodes},
-            "pods": [], "pdbs": [], "log": []}
+            "pods": [apiserver_pod(cp, kubelet) for cp in control_planes],
+            "pdbs": [], "log": []}
+
+
+def apiserver_pod(node: str, version: str) -> dict[str, Any]:
+    """The mirror pod of kubeadm's kube-apiserver static pod on `node`."""
+    return {"namespace": "kube-system", "name": f"kube-apiserver-{node}", "node": node,
+            "mirror": True, "container": "kube-apiserver",
+            "image": f"registry.k8s.io/kube-apiserver:{version}"}
+
+
+def move_versions(w: dict[str, Any], nodes: list[str], version: str) -> None:
+    """What a kubeadm upgrade leaves on `nodes`: the kubelet at `version`, and on a control
+    plane the API server's static pod at it too (tests that record the host side)."""
+    for n in nodes:
+        w["nodes"][n]["kubelet"] = version
+    for p in w["pods"]:
+        if p["node"] in nodes and p["name"] == f"kube-apiserver-{p['node']}":
+            p["image"] = f"registry.k8s.io/kube-apiserver:{version}"
 
 
 def _node_json(name: str, n: dict[str, Any]) -> dict[str, Any]:
@@ -55,8 +76,11 @@ def _pod_json(p: dict[str, Any]) -> dict[str, Any]:
                                     "name": p["name"] + "-owner", "uid": "0"}]
     if p.get("deleting"):  # evicted or deleted, still in its grace period
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    if p.get("mirror"):  # a static pod's mirror: the kubelet's config hash annotation
+        meta["annotations"] = {"kubernetes.io/config.mirror": "stand-in"}
+    container = {"name": p.get("container", "c"), "image": p.get("image", "stand-in")}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"nodeName": p["node"], "containers": [{"name": "c"}]}}
+            "spec": {"nodeName": p["node"], "containers": [container]}}
 
 
 def _delete(w: dict[str, Any], pod: dict[str, Any]) -> None:
@@ -173,6 +197,8 @@ class _Handler(BaseHTTPRequestHandler):
                 _delete(w, pod)
                 return 201, {"apiVersion": "policy/v1", "kind": "Eviction",
                              "metadata": {"name": name, "namespace": ns}}
+            if method == "GET" and len(parts) == 6:
+                return 200, _pod_json(pod)
             if method == "DELETE" and len(parts) == 6:
                 _delete(w, pod)
                 return 200, _pod_json(pod)
@@ -223,6 +249,13 @@ class StandInApiServer(ThreadingHTTPServer):
         tmp = self.state.with_suffix(".tmp")
         tmp.write_text(json.dumps(w, indent=1))
         tmp.replace(self.state)
+
+    def edit(self, change: Callable[[dict[str, Any]], None]) -> None:
+        """Change the world between two requests (a test, or an operator in the lab)."""
+        with _LOCK:
+            w = self.load()
+            change(w)
+            self.save(w)
 
     def start(self) -> StandInApiServer:
         threading.Thread(target=self.serve_forever, daemon=True, name="kube-standin").start()

@@ -202,7 +202,8 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
                     {h: (p.block.gpu.count if p.block.gpu else 0) for h, p in plans.items()},
                     opts.max_failures, opts.drain, Clock(sleep=stop.wait),
                     on_upgraded=upgraded, bundle=target.name,
-                    gate_timeout_s=opts.gate_timeout_s)
+                    gate_timeout_s=opts.gate_timeout_s,
+                    kubernetes=_kubernetes_checked(the_plan, target, profile))
         status = "failed"
         try:
             outcome = roll(r, todo, stop)
@@ -218,12 +219,24 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
     if profile.lab:
         notes.append("lab: the Kubernetes API is the stand-in server; GPU checks of the "
                      "health gate (driver and fabric manager versions, GPU count, DCGM "
-                     "diagnostic) are skipped by the needs_gpu tag and reported not verified")
+                     "diagnostic) are skipped by the needs_gpu tag and reported not verified"
+                     + ("; so are the kubelet and API server versions (the roles' kubeadm "
+                        "upgrade is needs_cluster: nothing moves them in the lab)"
+                        if any("kubernetes" in n.changes for n in the_plan.nodes) else ""))
     return ApplyResult(run_id=run_id, site=loaded.site.site.name, bundle=target.name,
                        lab=profile.lab, plan=the_plan,
                        nodes=[journal.outcomes[h] for h in all_hosts if h in selected],
                        rolling=outcome, interrupted=stop.is_set(),
                        elapsed_s=time.monotonic() - t0, notes=notes)
+
+
+def _kubernetes_checked(p: UpgradePlan, target: Bundle, profile: Profile) -> dict[str, str]:
+    """The nodes whose Kubernetes the bundle moves, and the version their kubelet (and a
+    control plane's API server) must then report. None in the lab: nothing there runs
+    kubeadm upgrade (needs_cluster), so the stand-in keeps the old versions."""
+    if profile.lab or not target.kubernetes:
+        return {}
+    return {n.hostname: f"v{target.kubernetes}" for n in p.nodes if "kubernetes" in n.changes}
 
 
 def ansible_installer(bundle_site: LoadedSite, profile: Profile, env: Mapping[str, str],

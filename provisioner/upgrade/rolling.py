@@ -58,6 +58,9 @@ class Rolling:
     # (kubelet, then the device plugin): the gate's cluster checks are retried this long.
     gate_timeout_s: float = 300.0
     gate_retry_s: float = 10.0
+    # The Kubernetes version ("v1.32.4") the gate expects a node's kubelet (and a control
+    # plane's API server) to report: nodes whose Kubernetes the bundle moves.
+    kubernetes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,8 @@ def _cluster_gate_until(r: Rolling, hosts: Sequence[str]) -> dict[str, list[str]
     while True:
         for h in left:
             try:
-                out[h] = cluster_gate(r.kube, h, r.gpus.get(h, 0))
+                out[h] = cluster_gate(r.kube, h, r.gpus.get(h, 0), r.kubernetes.get(h),
+                                      h in r.scheduler.control_planes)
             except ProvisionerError as exc:
                 out[h] = [str(exc)]
         left = [h for h in left if out[h]]

@@ -150,8 +150,12 @@ class Uncordon:
         return {"unschedulable": False}
 
 
-def cluster_gate(kube: KubeClient, host: str, gpus_expected: int) -> list[str]:
-    """The gate's cluster checks: node Ready, and every GPU allocatable again."""
+def cluster_gate(kube: KubeClient, host: str, gpus_expected: int,
+                 kubernetes: str | None = None, control_plane: bool = False) -> list[str]:
+    """The gate's cluster checks: node Ready, every GPU allocatable again, and where the
+    bundle moves Kubernetes (`kubernetes`: "v1.32.4"), the version the node's kubelet
+    reports and, on a control plane, the API server's: what the cluster says it runs, not
+    only what apt installed."""
     health = kube.health(host)
     problems = []
     if not health.ready:
@@ -159,4 +163,12 @@ def cluster_gate(kube: KubeClient, host: str, gpus_expected: int) -> list[str]:
     if gpus_expected and health.allocatable_gpus < gpus_expected:
         problems.append(f"allocatable nvidia.com/gpu is {health.allocatable_gpus}, "
                         f"expected {gpus_expected}")
+    if kubernetes and health.kubelet_version != kubernetes:
+        problems.append(f"the kubelet reports {health.kubelet_version or 'no version'}, "
+                        f"expected {kubernetes}")
+    if kubernetes and control_plane:
+        served = kube.apiserver_version(host)
+        if served != kubernetes:
+            problems.append(f"its API server (kube-system/kube-apiserver-{host}) runs "
+                            f"{served or 'no version: no such pod'}, expected {kubernetes}")
     return problems

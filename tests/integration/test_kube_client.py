@@ -67,6 +67,25 @@ def test_cordon_evict_uncordon_through_the_official_client(api: StandInApiServer
     assert "not-a-real-token" not in api.state.read_text()
 
 
+def test_a_control_planes_api_server_version_is_its_static_pods_image_tag(
+        tmp_path: Path) -> None:
+    """Read from kubeadm's kube-apiserver mirror pod on that node; a node without one (a
+    worker) has none; the mirror pod is a static pod, which a drain leaves alone."""
+    srv = StandInApiServer(tmp_path / "world.json")
+    srv.save(world(["cp1", "w1"], kubelet="v1.32.4", control_planes=("cp1",)))
+    srv.start()
+    try:
+        kube = OfficialClient(url=srv.url)
+        assert kube.apiserver_version("cp1") == "v1.32.4"
+        assert kube.apiserver_version("w1") is None
+        pod, = kube.pods_on("cp1")
+        assert (pod.namespace, pod.name, pod.mirror) == ("kube-system",
+                                                         "kube-apiserver-cp1", True)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_an_unknown_node_is_a_kube_error_that_names_it(api: StandInApiServer) -> None:
     kube = OfficialClient(url=api.url)
     with pytest.raises(KubeError, match="nope") as exc:

@@ -124,7 +124,7 @@ def test_ctrl_c_exits_130_releases_the_lease_and_a_rerun_resumes(cluster: Any) -
     w = srv.load()
     w["pdbs"][0]["disruptions_allowed"] = 1  # the backup may move now
     srv.save(w)
-    rec = Recorder()
+    rec = Recorder(srv)
     again = apply_mod.apply(load(site), "2026.11", OfficialClient(kubeconfig=kc), {},
                             apply_mod.ApplyOptions(max_failures=1), installer=rec)
     assert again.ok, [(n.hostname, n.reason) for n in again.nodes]

@@ -24,7 +24,7 @@ from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import servers
 from provisioner.kube import CORDONED_BY
 from provisioner.kube.official import OfficialClient
-from provisioner.kube.standin import StandInApiServer, world
+from provisioner.kube.standin import StandInApiServer, move_versions, world
 from provisioner.lifecycle import Phase
 from provisioner.profile import Profile, for_site
 from provisioner.state import StateStore
@@ -32,19 +32,26 @@ from provisioner.upgrade import apply as apply_mod
 from provisioner.upgrade.host import Outcome
 from tests.conftest import EXAMPLE, moved_to
 
+CPS = ("cp01", "cp02", "cp03")  # the example site's control planes
 GATE_S = 0.3  # the health gate's wait for Ready (300 s on a site): a NotReady node fails fast
 
 
 class Recorder:
-    """The Installer seam: records which nodes got the roles and which rebooted."""
+    """The Installer seam: records which nodes got the roles and which rebooted; with the
+    stand-in's world, leaves there what kubeadm upgrade would (the kubelet, and a control
+    plane's API server, at the bundle's version), which the gate reads back."""
 
-    def __init__(self) -> None:
+    def __init__(self, srv: StandInApiServer | None = None, kubelet: str = "v1.32.4"
+                 ) -> None:
         self.installed: list[list[str]] = []
         self.rebooted: list[str] = []
+        self.srv, self.kubelet = srv, kubelet
 
     def install(self, batch: Sequence[str], reboot: Sequence[str]) -> Outcome:
         self.installed.append(list(batch))
         self.rebooted += reboot
+        if self.srv is not None:
+            self.srv.edit(lambda w: move_versions(w, list(batch), self.kubelet))
         return dict.fromkeys(batch)
 
     def gate(self, batch: Sequence[str]) -> Outcome:
@@ -65,7 +72,7 @@ def _ready_site(tmp_path: Path) -> tuple[LoadedSite, Profile, list[str], StateSt
 
 def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
     loaded, profile, hosts, store = _ready_site(tmp_path)
-    w = world(hosts)
+    w = world(hosts, control_planes=CPS)
     w["nodes"]["dgx02"]["ready"] = False
     srv = StandInApiServer(tmp_path / "world.json")
     srv.save(w)
@@ -73,7 +80,7 @@ def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
     try:
         kube = OfficialClient(url=srv.url)
         opts = _opts(1, 2, 2)
-        rec = Recorder()
+        rec = Recorder(srv)
         r1 = apply_mod.apply(loaded, "2026.11", kube, {}, opts, profile=profile,
                              installer=rec)
         assert [n.hostname for n in r1.failed] == ["dgx02"] and not r1.ok
@@ -87,7 +94,7 @@ def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
         assert upgraded == set(hosts) - {"dgx02"}
 
         _set_node(srv, "dgx02", ready=True)
-        rec2 = Recorder()
+        rec2 = Recorder(srv)
         r2 = apply_mod.apply(loaded, "2026.11", kube, {}, opts, profile=profile,
                              installer=rec2)
         assert r2.ok and rec2.installed == []  # retried from its gate, not reinstalled
@@ -108,8 +115,8 @@ class SlowInstaller(Recorder):
     POLL_S = 0.01
     POLLS = 6000  # a guard against a hang only; a working heartbeat needs ~1 s of it
 
-    def __init__(self, store: StateStore) -> None:
-        super().__init__()
+    def __init__(self, store: StateStore, srv: StandInApiServer) -> None:
+        super().__init__(srv)
         self.store = store
         self.beats: list[float] = []
         self.started_at = 0.0
@@ -144,10 +151,10 @@ def test_the_lease_heartbeat_keeps_a_long_run_alive_for_other_machines(
         tmp_path: Path) -> None:
     loaded, profile, hosts, store = _ready_site(tmp_path)
     srv = StandInApiServer(tmp_path / "world.json")
-    srv.save(world(hosts))
+    srv.save(world(hosts, control_planes=CPS))
     srv.start()
     try:
-        slow = SlowInstaller(store)
+        slow = SlowInstaller(store, srv)
         opts = apply_mod.ApplyOptions(gate_timeout_s=GATE_S, lease_heartbeat_s=0.05)
         r = apply_mod.apply(loaded, "2026.11", OfficialClient(url=srv.url), {}, opts,
                             profile=profile, installer=slow)
@@ -171,7 +178,7 @@ def _cluster(tmp_path: Path, hosts: list[str]
              ) -> Iterator[tuple[StandInApiServer, OfficialClient]]:
     """The stand-in API server with every node Ready, and the official client on it."""
     srv = StandInApiServer(tmp_path / "world.json")
-    srv.save(world(hosts))
+    srv.save(world(hosts, control_planes=CPS))
     srv.start()
     try:
         yield srv, OfficialClient(url=srv.url)
@@ -181,9 +188,7 @@ def _cluster(tmp_path: Path, hosts: list[str]
 
 
 def _set_node(srv: StandInApiServer, host: str, **fields: object) -> None:
-    w = srv.load()
-    w["nodes"][host].update(fields)
-    srv.save(w)
+    srv.edit(lambda w: w["nodes"][host].update(fields))
 
 
 def _gpu_bundle(loaded: LoadedSite) -> str:
@@ -236,7 +241,7 @@ def test_a_node_up_left_configured_is_not_taken_for_an_upgrade(tmp_path: Path) -
         store.transition("dgx02", Phase.OS_READY)
         store.transition("dgx02", Phase.CONFIGURED)
         opts = _opts(2, 2, 2)
-        rec = Recorder()
+        rec = Recorder(_srv)
         res = apply_mod.apply(loaded, "2026.11", kube, {}, opts, profile=profile,
                               installer=rec)
         assert "dgx02" not in {h for b in rec.installed for h in b}
@@ -259,7 +264,7 @@ def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
         opts = _opts(2, 2, 2, limit="dgx01,dgx02")
         runs = []
         for bundle in (_gpu_bundle(loaded), "2026.10"):  # fails on each: not Ready
-            runs.append(Recorder())
+            runs.append(Recorder(srv))
             apply_mod.apply(loaded, bundle, kube, {}, opts, profile=profile,
                             installer=runs[-1])
             assert store.node("dgx02").failed_phase is Phase.CONFIGURED
@@ -269,7 +274,7 @@ def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
                  and e.hostname == "dgx02" and e.to_phase == "upgrading"]
         assert moves[-1].get("from_bundle") == "2026.11-gpu"
         _set_node(srv, "dgx02", ready=True)
-        rec = Recorder()
+        rec = Recorder(srv)
         res = apply_mod.apply(loaded, "2026.10", kube, {}, opts, profile=profile,
                               installer=rec)
         assert res.ok, [(n.hostname, n.reason) for n in res.nodes]
@@ -324,7 +329,7 @@ def test_a_selected_node_cordoned_by_hand_is_left_alone_and_stays_cordoned(
     loaded, profile, hosts, store = _ready_site(tmp_path)
     with _cluster(tmp_path, hosts) as (srv, kube):
         _set_node(srv, "stor01", unschedulable=True)
-        rec = Recorder()
+        rec = Recorder(srv)
         res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, _opts(1, 2, 1),
                               profile=profile, installer=rec)
         assert {h for b in rec.installed for h in b} == set(hosts) - {"stor01"}
@@ -342,7 +347,7 @@ def test_a_control_plane_left_alone_still_holds_the_workers(tmp_path: Path) -> N
     loaded, profile, hosts, _store = _ready_site(tmp_path)
     with _cluster(tmp_path, hosts) as (srv, kube):
         _set_node(srv, "cp03", unschedulable=True)
-        rec = Recorder()
+        rec = Recorder(srv)
         res = apply_mod.apply(loaded, "2026.11", kube, {}, _opts(1, 3, 1), profile=profile,
                               installer=rec)
         assert rec.installed == [["cp01"], ["cp02"]], rec.installed
@@ -357,7 +362,7 @@ def test_our_own_cordon_left_unrecorded_is_not_taken_for_an_operators(
     loaded, profile, hosts, _store = _ready_site(tmp_path)
     with _cluster(tmp_path, hosts) as (srv, kube):
         _set_node(srv, "stor01", unschedulable=True, annotations={CORDONED_BY: "upgrade"})
-        rec = Recorder()
+        rec = Recorder(srv)
         res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, _opts(1, 2, 1),
                               profile=profile, installer=rec)
         assert res.ok and "stor01" in {h for b in rec.installed for h in b}
@@ -370,8 +375,7 @@ class LateReady(Recorder):
     real node's kubelet and device plugin come back)."""
 
     def __init__(self, srv: StandInApiServer) -> None:
-        super().__init__()
-        self.srv = srv
+        super().__init__(srv)
 
     def gate(self, batch: Sequence[str]) -> Outcome:
         if "dgx02" in batch:
@@ -436,3 +440,58 @@ def test_a_run_whose_lease_was_taken_over_stops_and_says_so(tmp_path: Path) -> N
     assert res.interrupted and not res.ok
     assert any("lost the site lease" in n for n in res.notes), res.notes
     assert store.lease_holder()["host"] == "runner-elsewhere"  # its row is left alone
+
+
+class KubeletStaysBehind(Recorder):
+    """kubeadm upgrade moves every node but `behind`: its kubelet still reports the old
+    version (a package held back, a kubelet that did not restart), or on a control plane
+    its API server's static pod still runs the old image."""
+
+    def __init__(self, srv: StandInApiServer, behind: str, part: str) -> None:
+        super().__init__(srv)
+        self.behind, self.part = behind, part
+
+    def install(self, batch: Sequence[str], reboot: Sequence[str]) -> Outcome:
+        out = super().install(batch, reboot)
+        if self.behind in batch:
+            assert self.srv is not None
+            if self.part == "kubelet":
+                _set_node(self.srv, self.behind, kubelet="v1.31.4")
+            else:
+                self.srv.edit(lambda w: move_versions(w, [self.behind], "v1.31.4")
+                              or w["nodes"][self.behind].update(kubelet="v1.32.4"))
+        return out
+
+
+@pytest.mark.parametrize(("behind", "part", "why"), [
+    ("dgx01", "kubelet", "the kubelet reports v1.31.4, expected v1.32.4"),
+    ("cp01", "apiserver", "its API server (kube-system/kube-apiserver-cp01) runs v1.31.4, "
+                          "expected v1.32.4")])
+def test_the_gate_checks_the_kubernetes_version_the_cluster_reports(
+        tmp_path: Path, behind: str, part: str, why: str) -> None:
+    """A bundle that moves Kubernetes: the gate asks the cluster what each node's kubelet
+    and each control plane's API server run; a node left behind fails and stays cordoned."""
+    loaded, profile, hosts, _store = _ready_site(tmp_path)
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        res = apply_mod.apply(loaded, "2026.11", kube, {}, _opts(1, 1, 1), profile=profile,
+                              installer=KubeletStaysBehind(srv, behind, part))
+        assert [n.hostname for n in res.failed] == [behind]
+        assert why in (res.failed[0].reason or "")
+        assert srv.load()["nodes"][behind]["unschedulable"] is True
+        # the API server pods are static pods: listed on their node, never evicted
+        assert not [e for e in srv.load()["log"] if e["path"].endswith("/eviction")
+                    and "kube-apiserver" in e["path"]]
+
+
+def test_the_lab_does_not_check_kubernetes_versions_and_says_so(tmp_path: Path) -> None:
+    """In the lab nothing runs kubeadm upgrade (needs_cluster): the stand-in keeps the old
+    versions, so the gate does not read them, and the run's notes say they are not
+    verified."""
+    loaded, _profile, hosts, _store = _ready_site(tmp_path)
+    lab = for_site(loaded, lab=True)
+    moved_to(StateStore(lab.state_path), hosts, Phase.READY)
+    with _cluster(tmp_path, hosts) as (_srv, kube):
+        res = apply_mod.apply(loaded, "2026.11", kube, {}, _opts(2, 2, 1),
+                              profile=lab, installer=Recorder())
+    assert res.ok, [(n.hostname, n.reason) for n in res.nodes]
+    assert any("kubelet and API server versions" in n for n in res.notes), res.notes
