@@ -24,7 +24,7 @@ class CredentialResolver:
     """Resolves the site's named credentials on first use and remembers the result."""
 
     loaded: LoadedSite
-    env: Mapping[str, str]
+    env: Mapping[str, str] = field(repr=False)  # the process's: PROVISION_* passwords
     _cache: dict[str, Login] = field(default_factory=dict)
 
     def login(self, name: str, *, user_of: str) -> Login:

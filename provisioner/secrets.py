@@ -106,7 +106,12 @@ def _vault(spec: str, env: Mapping[str, str], base_dir: Path) -> str:
     except Exception:  # ansible raises AnsibleError subclasses; hide any detail
         raise SecretError(f"vault file {file_part} could not be decrypted",
                           hint="check the vault password file") from None
-    data = yaml.safe_load(plain)
+    try:
+        data = yaml.safe_load(plain)
+    except yaml.YAMLError:  # its message quotes the offending line: the secret itself
+        raise SecretError(f"vault file {file_part}: the decrypted text is not YAML",
+                          hint="quote the value in the vault (ansible-vault edit), e.g. "
+                          "key: 'value'") from None
     if not isinstance(data, dict) or key not in data:
         raise SecretError(f"vault file {file_part} has no key '{key}'")
     return str(data[key])

@@ -68,6 +68,10 @@ def open_connection(target: BmcTarget, base_url: str, verify: bool | str,
     conn = Connector(base_url, verify=verify,
                      default_request_timeout=t.request_timeout_s,
                      connect_timeout=t.request_timeout_s)
+    # No proxy, .netrc or CA bundle from the environment: a controller's HTTPS_PROXY (set
+    # for its internet egress) would route BMC logins through the proxy, where requests'
+    # proxy pool never gets the pinned fingerprint, and a .netrc would add its own login.
+    conn._session.trust_env = False
     # What the BMC last answered, for protocol errors raised inside sushy.
     conn._session.hooks["response"].append(on_response)
     # sushy's Connector turns urllib3's InsecureRequestWarning off for the whole process

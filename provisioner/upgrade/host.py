@@ -66,7 +66,7 @@ class AnsibleInstaller:
 
     loaded: LoadedSite  # the site as the bundle leaves it (plan.site_at)
     profile: Profile
-    env: Mapping[str, str]
+    env: Mapping[str, str] = field(repr=False)  # the process's: PROVISION_* passwords
     bundle: str
     forks: int = 20
     os_timeout_s: float = 900.0

@@ -115,20 +115,23 @@ case "$*" in
   "join --config "*)
     # the rendered join configuration it was handed (tasks/join.yml), recorded on one line
     echo "config: $(tr '\n' ' ' < "$3")" >> {log}
+    [ {join_rc} = 0 ] || {{ echo "error execution phase preflight" >&2; exit {join_rc}; }}
     echo "This node has joined the cluster" ;;
   *) exit 2 ;;
 esac
 """
 
 
-def test_join_token_and_certificate_key_reach_no_artifact(tmp_path):
+@pytest.mark.parametrize("join_rc", [0, 1], ids=["joins", "join-fails"])
+def test_join_token_and_certificate_key_reach_no_artifact(tmp_path, join_rc):
     token = f"{os.urandom(3).hex()}.{os.urandom(8).hex()}"
     key = os.urandom(32).hex()
     cahash = os.urandom(32).hex()
     bin_dir, log = tmp_path / "bin", tmp_path / "kubeadm.log"
     bin_dir.mkdir()
     kubeadm = bin_dir / "kubeadm"
-    kubeadm.write_text(STAND_IN.format(log=log, key=key, token=token, cahash=cahash))
+    kubeadm.write_text(STAND_IN.format(log=log, key=key, token=token, cahash=cahash,
+                                       join_rc=join_rc))
     kubeadm.chmod(0o755)
     hosts = {"cp01": "kube_control_plane", "cp02": "kube_control_plane", "w01": "kube_node"}
     inventory = "".join(f"[{g}]\n{h} kubernetes_config_dir={tmp_path / 'etc' / h}\n"
@@ -151,6 +154,13 @@ def test_join_token_and_certificate_key_reach_no_artifact(tmp_path):
     for h in hosts:  # made by the role's main.yml before join.yml runs
         (tmp_path / "etc" / h).mkdir(parents=True)
     result = runner.run_playbook(pdd, "play.yml")
+    if join_rc:  # a join that fails still takes the file with the secrets away
+        assert {(e.host, e.task) for e in result.failures} == {
+            ("cp02", "Join further control planes, one at a time"),
+            ("w01", "Join the workers")}, result.failures
+        assert not list((tmp_path / "etc").rglob("kubeadm-join.yaml"))
+        assert _files_with(pdd / "artifacts", token, key) == []
+        return
     assert result.ok, [f"{e.host} | {e.task}: {e.message}" for e in result.failures]
 
     # the tasks really ran: init on the first control plane, one certificate upload and

@@ -180,6 +180,25 @@ def test_tls_pinned_fingerprint_and_ca_bundle(tls_bmc):
     assert bmc.make_driver(bundle).get_power_state() is PowerState.ON
 
 
+def test_an_environment_proxy_never_carries_a_bmc_login(tls_bmc, monkeypatch):
+    """A controller's HTTPS_PROXY (set for its internet egress) is not used for BMCs:
+    through it, requests' proxy pool would skip the pinned fingerprint and send the login to
+    an unverified endpoint. The proxy here listens nowhere: a request sent to it fails."""
+    target, _, fp = tls_bmc
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # closed when the block ends: nothing listens there
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(var, f"http://127.0.0.1:{dead}")
+    for var in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    pinned = replace(target, tls=Tls(fingerprint_sha256=fp))
+    assert bmc.make_driver(pinned).get_power_state() is PowerState.ON  # direct, pinned
+    wrong = replace(target, tls=Tls(fingerprint_sha256="00" * 32))
+    with pytest.raises(BmcUnreachable, match="TLS verification"):
+        bmc.make_driver(wrong).get_power_state()
+
+
 def test_debug_does_not_silence_the_tls_warning(tls_bmc, tmp_path):
     """tls.verify false: validate warns, and the run itself still prints urllib3's
     InsecureRequestWarning, with --debug too."""

@@ -188,6 +188,21 @@ def test_secret_from_ansible_vault(tmp_path):
         resolve(SecretRef(vault="secrets.yml#bmc_password"), env, tmp_path)
 
 
+def test_a_vault_that_is_not_yaml_does_not_quote_its_secret(tmp_path):
+    """YAML's own error quotes the offending line: an unquoted password starting with @."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    vault_pw = tmp_path / "vault-pass"
+    write_private(vault_pw, "vault-password-1")
+    (tmp_path / "secrets.yml").write_bytes(VaultLib(
+        [("default", VaultSecret(b"vault-password-1"))]).encrypt("bmc_password: @S3cretPW\n"))
+    env = {"PROVISION_VAULT_PASSWORD_FILE": str(vault_pw)}
+    with pytest.raises(SecretError, match="decrypted text is not YAML") as exc:
+        resolve(SecretRef(vault="secrets.yml#bmc_password"), env, tmp_path)
+    assert "S3cretPW" not in str(exc.value) + str(exc.value.hint)
+    assert exc.value.__cause__ is None and exc.value.__suppress_context__
+
+
 def test_timeout_is_transient_auth_is_not():
     assert BmcTimeout("x").transient and BmcUnreachable("x").transient
     assert not BmcAuthError("x").transient
@@ -213,3 +228,18 @@ def test_request_power_returns_once_the_state_is_reported():
                         node="n1", what="On", interval_s=0.01, max_interval_s=0.02,
                         sleep=lambda s: None)
     assert got is PowerState.ON and sent == [1]
+
+
+def test_no_dataclass_holding_the_environment_prints_it():
+    """The process environment carries PROVISION_* passwords: a repr (a log line, a rich
+    traceback with locals) of what holds it must not print it."""
+    from dataclasses import fields
+
+    from provisioner.credentials import CredentialResolver
+    from provisioner.upgrade.host import AnsibleInstaller
+    from provisioner.workflows.steps import Context
+
+    for cls in (CredentialResolver, AnsibleInstaller, Context):
+        assert next(f for f in fields(cls) if f.name == "env").repr is False, cls
+    resolver = CredentialResolver(loaded=None, env={"PROVISION_BMC_PASSWORD": "s3cret"})
+    assert "s3cret" not in repr(resolver)

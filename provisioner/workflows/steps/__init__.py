@@ -21,7 +21,7 @@ class Context:
     """What the steps of one run share."""
 
     loaded: LoadedSite
-    env: Mapping[str, str]
+    env: Mapping[str, str] = field(repr=False)  # the process's: PROVISION_* passwords
     journal: Journal
     stop: threading.Event
     plans: Mapping[str, HostPlan]
