@@ -27,6 +27,7 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
                           "hosts": ",".join(names)})
 
     add("package", "chrony", "", "base_os", servers)
+    add("package", "python3-debian", "", "base_os", servers)  # deb822_repository's import
     drv = sw.nvidia_driver
     # Every NVIDIA package name comes from payload.py, the data the roles install from.
     payloads = {h.node.hostname: p for h in gpu if (p := payload_for(loaded, h)) is not None}
