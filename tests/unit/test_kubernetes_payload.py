@@ -222,7 +222,8 @@ def test_handlers_run_in_an_order_that_works():
     assert "roce_host_install_doca" in doca["when"]
 
 
-def _roce_script(tmp_path: Path, interfaces: str) -> subprocess.CompletedProcess[str]:
+def _roce_script(tmp_path: Path, interfaces: str, path: str = "/usr/bin:/bin"
+                 ) -> subprocess.CompletedProcess[str]:
     env_file = tmp_path / "roce-qos.env"
     env_file.write_text(_template("roce_host", "roce-qos.env.j2", roce_host_interfaces=(
         interfaces.split() if interfaces else []), roce_host_mode="lossless",
@@ -231,7 +232,8 @@ def _roce_script(tmp_path: Path, interfaces: str) -> subprocess.CompletedProcess
     script = _template("roce_host", "provisioner-roce-qos.sh.j2").replace(
         "/etc/provisioner/roce-qos.env", str(env_file))
     return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True,
-                          env={"ROCE_SYSFS": str(tmp_path / "sys"), "PATH": "/usr/bin:/bin"},
+                          env={"ROCE_SYSFS": str(tmp_path / "sys"), "PATH": path,
+                               "ROCE_RUN_DIR": str(tmp_path / "run")},
                           check=False)
 
 
@@ -254,6 +256,45 @@ def test_roce_qos_applies_to_the_rdma_devices_found_on_the_host(tmp_path):
     assert "roce-qos: mlx5_0 skipped: not an Ethernet (RoCE) port" in found.stdout
     (tmp_path / "sys/class/infiniband/mlx5_1").rename(tmp_path / "gone")
     assert _roce_script(tmp_path, "").returncode == 1
+
+
+def test_roce_qos_names_a_port_left_in_infiniband_mode_and_records_what_it_set(tmp_path):
+    """ConnectX-7 ports start in InfiniBand mode: a port the site names that is still in
+    it fails the script with the mlxconfig setting to change, even when another named port
+    was configured; the ports configured are recorded for node_verify. The NIC tools are
+    shell functions recording their calls (this test checks the script's logic, not a
+    NIC's answer; the lab skips these tasks as needs_nic)."""
+    ib = tmp_path / "sys/class/infiniband"
+    for dev, port, layer in (("mlx5_0", "ibp1s0", "InfiniBand"),
+                             ("mlx5_1", "ens1f0np0", "Ethernet")):
+        (ib / dev / "device/net" / port).mkdir(parents=True)
+        (ib / dev / "ports/1").mkdir(parents=True)
+        (ib / dev / "ports/1/link_layer").write_text(layer + "\n")
+        (ib / dev / "tc/1").mkdir(parents=True)
+    for leaf in ("roce_np/enable", "roce_rp/enable"):
+        (tmp_path / "sys/class/net/ens1f0np0/ecn" / leaf).mkdir(parents=True)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for tool in ("mlnx_qos", "cma_roce_tos"):
+        (tools / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {tmp_path / "calls"}\n')
+        (tools / tool).chmod(0o755)
+    path = f"{tools}:/usr/bin:/bin"
+    both = _roce_script(tmp_path, "ens1f0np0 ibp1s0", path)
+    assert both.returncode == 1
+    assert ("ibp1s0 (mlx5_0) is in InfiniBand mode: RoCE needs Ethernet (mlxconfig -d mlx5_0 "
+            "set LINK_TYPE_P1=2") in both.stderr
+    assert "named RoCE port(s) not configured: ibp1s0" in both.stderr
+    assert "mlnx_qos -i ens1f0np0 --trust dscp" in (tmp_path / "calls").read_text()
+    assert not (tmp_path / "run/roce-qos.ports").exists()
+    one = _roce_script(tmp_path, "ens1f0np0", path)
+    assert one.returncode == 0, one.stderr
+    assert (tmp_path / "run/roce-qos.ports").read_text() == "ens1f0np0\n"
+    assert (ib / "mlx5_1/tc/1/traffic_class").read_text().strip() == "106"
+    verify = {t["name"]: t for t in _yaml(ROOT / "roles/node_verify/tasks/main.yml")}
+    read = verify["Read the trust mode and PFC of each RoCE port"]
+    assert "node_verify_roce_port_list" in read["loop"]  # what was configured, not the site
+    assert "length > 0" in verify["Verify the QoS script configured at least one RoCE port"][
+        "ansible.builtin.assert"]["that"][0]
 
 
 def test_one_node_feature_discovery_when_both_operators_run():
