@@ -56,6 +56,13 @@ class NodeHealth:
     kubelet_version: str | None
 
 
+def image_tag(ref: str) -> str | None:
+    """The tag of an image reference: registry.k8s.io/kube-apiserver:v1.32.4 (kubeadm's
+    manifest), a registry with a port, a tag pinned by digest; None for a digest only."""
+    name = ref.split("@", 1)[0].rsplit("/", 1)[-1]
+    return name.partition(":")[2] or None
+
+
 class KubeClient(Protocol):
     """The cluster operations of a rolling upgrade; errors are KubeError."""
 

@@ -18,7 +18,15 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException  # type: ignore[import-untyped]
 
 from provisioner.errors import KubeError
-from provisioner.kube import CORDONED_BY, GPU_RESOURCE, Down, Eviction, NodeHealth, PodRef
+from provisioner.kube import (
+    CORDONED_BY,
+    GPU_RESOURCE,
+    Down,
+    Eviction,
+    NodeHealth,
+    PodRef,
+    image_tag,
+)
 from provisioner.secrets import Secret
 
 T = TypeVar("T")
@@ -133,10 +141,7 @@ class OfficialClient:
             raise
         images = [c.image or "" for c in (pod.spec.containers if pod.spec else None) or []
                   if c.name == "kube-apiserver"]
-        # registry.k8s.io/kube-apiserver:v1.32.4 (kubeadm's manifest); a digest-only image
-        # names no version
-        tag = images[0].rsplit("/", 1)[-1].partition(":")[2] if images else ""
-        return tag.split("@", 1)[0] or None
+        return image_tag(images[0]) if images else None
 
     def unavailable(self) -> dict[str, Down]:
         nodes = self._call("list nodes", self._core.list_node)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.errors import KubeError
-from provisioner.kube import Eviction, PodRef
+from provisioner.kube import Eviction, PodRef, image_tag
 from provisioner.kube.official import OfficialClient
 from provisioner.kube.standin import StandInApiServer, world
 from provisioner.secrets import Secret
@@ -84,6 +84,15 @@ def test_a_control_planes_api_server_version_is_its_static_pods_image_tag(
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+@pytest.mark.parametrize(("ref", "tag"), [
+    ("registry.k8s.io/kube-apiserver:v1.32.4", "v1.32.4"),
+    ("mirror.site:5000/k8s/kube-apiserver:v1.32.4", "v1.32.4"),
+    ("registry.k8s.io/kube-apiserver:v1.32.4@sha256:0123abcd", "v1.32.4"),
+    ("mirror.site:5000/kube-apiserver@sha256:0123abcd", None)])
+def test_the_version_is_the_image_tag(ref: str, tag: str | None) -> None:
+    assert image_tag(ref) == tag
 
 
 def test_an_unknown_node_is_a_kube_error_that_names_it(api: StandInApiServer) -> None:
