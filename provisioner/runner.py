@@ -65,14 +65,20 @@ class RunResult:
         return [e for e in self.events if e.status in ("failed", "unreachable")]
 
     def failure_of(self, host: str) -> TaskEvent | None:
-        """The task that failed `host`: its last failure event, or None when the host's
-        stats count none (a block's failed task that its rescue handled is still reported
-        as failed; the rescue's own failure comes after it)."""
+        """The task that failed `host`, or None when the host's stats count no failure (a
+        block's failed task that its rescue handled is still reported as failed). Its first
+        failure, unless a rescue ran: then the rescue's own failure, which comes last (a
+        failed `always:` cleanup does not hide the task that failed first)."""
         mine = [e for e in self.failures if e.host == host]
         stats = self.hosts.get(host)
         if not mine or (stats is not None and not stats.failed and not stats.unreachable):
             return None
-        return mine[-1]
+        return mine[-1] if stats is not None and stats.rescued else mine[0]
+
+    @property
+    def any_host_failed(self) -> bool:
+        """A host failed for real (a failure a rescue handled does not count)."""
+        return any(self.failure_of(h) is not None for h in {e.host for e in self.failures})
 
     def by_status(self, status: str) -> list[TaskEvent]:
         return [e for e in self.events if e.status == status]

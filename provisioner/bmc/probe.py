@@ -41,9 +41,12 @@ def redfish_root(address: str, port: int, scheme: str, timeout_s: float
         warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
         try:
             # verify=False: only the public service root is read, nothing is sent; a new
-            # BMC's certificate is self-signed until it is enrolled.
-            resp = requests.get(url, timeout=timeout_s, verify=False,  # noqa: S501
-                                allow_redirects=False)
+            # BMC's certificate is self-signed until it is enrolled. No proxy or .netrc from
+            # the environment (trust_env), as for every BMC request (redfish_http).
+            with requests.Session() as session:
+                session.trust_env = False
+                resp = session.get(url, timeout=timeout_s, verify=False,
+                                   allow_redirects=False)
             body: Any = resp.json() if resp.status_code == 200 else None
         except (requests.RequestException, ValueError):
             return None

@@ -203,7 +203,8 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
                     opts.max_failures, opts.drain, Clock(sleep=stop.wait),
                     on_upgraded=upgraded, bundle=target.name,
                     gate_timeout_s=opts.gate_timeout_s,
-                    kubernetes=_kubernetes_checked(the_plan, target, profile))
+                    kubernetes=_kubernetes_checked(the_plan, target, profile, {
+                        h for h, b in flight.items() if b is not None} | retarget))
         status = "failed"
         try:
             outcome = roll(r, todo, stop)
@@ -230,13 +231,17 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
                        elapsed_s=time.monotonic() - t0, notes=notes)
 
 
-def _kubernetes_checked(p: UpgradePlan, target: Bundle, profile: Profile) -> dict[str, str]:
-    """The nodes whose Kubernetes the bundle moves, and the version their kubelet (and a
-    control plane's API server) must then report. None in the lab: nothing there runs
-    kubeadm upgrade (needs_cluster), so the stand-in keeps the old versions."""
+def _kubernetes_checked(p: UpgradePlan, target: Bundle, profile: Profile,
+                        in_flight: Collection[str]) -> dict[str, str]:
+    """The nodes whose Kubernetes the bundle moves, or that an unfinished upgrade left
+    part-way (its roles may have run at another bundle, which may have moved them: the plan
+    compares only the versions recorded when a node was last done), and the version their
+    kubelet (and a control plane's API server) must then report. None in the lab: nothing
+    there runs kubeadm upgrade (needs_cluster), so the stand-in keeps the old versions."""
     if profile.lab or not target.kubernetes:
         return {}
-    return {n.hostname: f"v{target.kubernetes}" for n in p.nodes if "kubernetes" in n.changes}
+    return {n.hostname: f"v{target.kubernetes}" for n in p.nodes
+            if "kubernetes" in n.changes or n.hostname in in_flight}
 
 
 def ansible_installer(bundle_site: LoadedSite, profile: Profile, env: Mapping[str, str],

@@ -53,8 +53,11 @@ def _per_host(result: runner_mod.RunResult, batch: Sequence[str]) -> Outcome:
         if failure is not None:
             out[h] = (f"{result.playbook}: {failure.status} at '{failure.task}': "
                       f"{failure.message} (log: {result.artifact_dir})")
-        elif not result.ok and not result.failures:
+        elif not result.ok and not result.any_host_failed:
             out[h] = f"{result.playbook} ended {result.status} (rc {result.rc})"
+        elif not result.ok and result.aborted:  # any_errors_fatal: its roles did not finish
+            out[h] = (f"{result.playbook}: stopped after another node of the batch failed; "
+                      f"its roles did not finish (log: {result.artifact_dir})")
         else:
             out[h] = None
     return out

@@ -25,6 +25,7 @@ from cryptography.x509.oid import NameOID
 
 from provisioner import bmc
 from provisioner.bmc.base import BmcTarget, PowerState
+from provisioner.bmc.probe import redfish_root
 from provisioner.errors import BmcError, BmcUnreachable
 from provisioner.inventory.models import Tls
 from provisioner.secrets import Secret, write_private
@@ -197,6 +198,9 @@ def test_an_environment_proxy_never_carries_a_bmc_login(tls_bmc, monkeypatch):
     wrong = replace(target, tls=Tls(fingerprint_sha256="00" * 32))
     with pytest.raises(BmcUnreachable, match="TLS verification"):
         bmc.make_driver(wrong).get_power_state()
+    # discovery's probe of the service root goes direct too
+    root = redfish_root("127.0.0.1", target.port, "https", 5)
+    assert root is not None and root.version
 
 
 def test_debug_does_not_silence_the_tls_warning(tls_bmc, tmp_path):

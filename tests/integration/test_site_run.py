@@ -171,8 +171,11 @@ def test_a_failing_task_on_one_host_leaves_the_others_finished(site_lab):
 
 def test_a_kernel_without_headers_in_the_archive_stops_with_the_reason(site_lab):
     """A node still running a kernel whose headers have left the archive: apt's "no
-    package matching" becomes a failure that says why DKMS needs them and what to do, and
-    only that node fails (real apt against the lab mirror, which lacks this release)."""
+    package matching" becomes a failure that says why DKMS needs them and what to do (real
+    apt against the lab mirror, which lacks this release)."""
+    if profile.lab_kernel_headers() is None:
+        pytest.skip("this machine's kernel release names no package: the lab skips the "
+                    "headers tasks by tag (needs_kernel_headers)")
     site, _state = site_lab
     loaded = load(site)
     out = render.render(loaded, loaded.base_dir / ".provision" / "ansible", lab=True).out

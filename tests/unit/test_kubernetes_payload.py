@@ -259,11 +259,12 @@ def test_roce_qos_applies_to_the_rdma_devices_found_on_the_host(tmp_path):
 
 
 def test_roce_qos_names_a_port_left_in_infiniband_mode_and_records_what_it_set(tmp_path):
-    """ConnectX-7 ports start in InfiniBand mode: a port the site names that is still in
-    it fails the script with the mlxconfig setting to change, even when another named port
-    was configured; the ports configured are recorded for node_verify. The NIC tools are
-    shell functions recording their calls (this test checks the script's logic, not a
-    NIC's answer; the lab skips these tasks as needs_nic)."""
+    """ConnectX-7 ports start in InfiniBand mode, where a port has an IPoIB netdev, not the
+    Ethernet name the site gives it: a run that misses a named port (or finds none) fails
+    and names the devices in IB mode with the mlxconfig setting to change; the ports a run
+    configured are recorded for node_verify, and a failed run leaves no record. The NIC
+    tools are scripts recording their calls (this checks the script's logic, not a NIC's
+    answer; the lab skips these tasks as needs_nic)."""
     ib = tmp_path / "sys/class/infiniband"
     for dev, port, layer in (("mlx5_0", "ibp1s0", "InfiniBand"),
                              ("mlx5_1", "ens1f0np0", "Ethernet")):
@@ -279,22 +280,30 @@ def test_roce_qos_names_a_port_left_in_infiniband_mode_and_records_what_it_set(t
         (tools / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {tmp_path / "calls"}\n')
         (tools / tool).chmod(0o755)
     path = f"{tools}:/usr/bin:/bin"
-    both = _roce_script(tmp_path, "ens1f0np0 ibp1s0", path)
-    assert both.returncode == 1
-    assert ("ibp1s0 (mlx5_0) is in InfiniBand mode: RoCE needs Ethernet (mlxconfig -d mlx5_0 "
-            "set LINK_TYPE_P1=2") in both.stderr
-    assert "named RoCE port(s) not configured: ibp1s0" in both.stderr
-    assert "mlnx_qos -i ens1f0np0 --trust dscp" in (tmp_path / "calls").read_text()
-    assert not (tmp_path / "run/roce-qos.ports").exists()
+    ports = tmp_path / "run/roce-qos.ports"
     one = _roce_script(tmp_path, "ens1f0np0", path)
     assert one.returncode == 0, one.stderr
-    assert (tmp_path / "run/roce-qos.ports").read_text() == "ens1f0np0\n"
+    assert ports.read_text() == "ens1f0np0\n"
     assert (ib / "mlx5_1/tc/1/traffic_class").read_text().strip() == "106"
+    # the site adds the second port, whose card is still in InfiniBand mode
+    both = _roce_script(tmp_path, "ens1f0np0 ens2f0np0", path)
+    assert both.returncode == 1
+    assert "named RoCE port(s) not configured: ens2f0np0" in both.stderr
+    assert "in InfiniBand mode: mlx5_0(ibp1s0); RoCE needs a port in Ethernet mode: " \
+        "mlxconfig -d DEVICE set LINK_TYPE_P1=2" in both.stderr
+    assert not ports.exists()  # the first run's record does not outlive this failure
+    (ib / "mlx5_1/ports/1/link_layer").write_text("InfiniBand\n")  # both cards in IB mode
+    none = _roce_script(tmp_path, "", path)
+    assert none.returncode == 1 and "no RDMA device found" in none.stderr
+    assert "in InfiniBand mode: mlx5_0(ibp1s0) mlx5_1(ens1f0np0);" in none.stderr
     verify = {t["name"]: t for t in _yaml(ROOT / "roles/node_verify/tasks/main.yml")}
     read = verify["Read the trust mode and PFC of each RoCE port"]
     assert "node_verify_roce_port_list" in read["loop"]  # what was configured, not the site
-    assert "length > 0" in verify["Verify the QoS script configured at least one RoCE port"][
-        "ansible.builtin.assert"]["that"][0]
+    that = verify["Verify the QoS script configured every RoCE port the site names"][
+        "ansible.builtin.assert"]["that"]
+    assert "length > 0" in that[0] and "difference(node_verify_roce_configured)" in that[1]
+    assert verify["Verify the QoS script configured this node's RoCE ports at this boot"][
+        "ansible.builtin.assert"]["that"] == ["node_verify_roce_record.stat.exists"]
 
 
 def test_one_node_feature_discovery_when_both_operators_run():

@@ -41,7 +41,7 @@ class Recorder:
     stand-in's world, leaves there what kubeadm upgrade would (the kubelet, and a control
     plane's API server, at the bundle's version), which the gate reads back."""
 
-    def __init__(self, srv: StandInApiServer | None = None, kubelet: str = "v1.32.4"
+    def __init__(self, srv: StandInApiServer | None = None, kubelet: str | None = "v1.32.4"
                  ) -> None:
         self.installed: list[list[str]] = []
         self.rebooted: list[str] = []
@@ -50,8 +50,9 @@ class Recorder:
     def install(self, batch: Sequence[str], reboot: Sequence[str]) -> Outcome:
         self.installed.append(list(batch))
         self.rebooted += reboot
-        if self.srv is not None:
-            self.srv.edit(lambda w: move_versions(w, list(batch), self.kubelet))
+        if self.srv is not None and self.kubelet is not None:
+            kubelet = self.kubelet
+            self.srv.edit(lambda w: move_versions(w, list(batch), kubelet))
         return dict.fromkeys(batch)
 
     def gate(self, batch: Sequence[str]) -> Outcome:
@@ -264,7 +265,7 @@ def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
         opts = _opts(2, 2, 2, limit="dgx01,dgx02")
         runs = []
         for bundle in (_gpu_bundle(loaded), "2026.10"):  # fails on each: not Ready
-            runs.append(Recorder(srv))
+            runs.append(Recorder(srv, "v1.31.4"))  # both bundles pin Kubernetes 1.31.4
             apply_mod.apply(loaded, bundle, kube, {}, opts, profile=profile,
                             installer=runs[-1])
             assert store.node("dgx02").failed_phase is Phase.CONFIGURED
@@ -274,7 +275,7 @@ def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
                  and e.hostname == "dgx02" and e.to_phase == "upgrading"]
         assert moves[-1].get("from_bundle") == "2026.11-gpu"
         _set_node(srv, "dgx02", ready=True)
-        rec = Recorder(srv)
+        rec = Recorder(srv, "v1.31.4")
         res = apply_mod.apply(loaded, "2026.10", kube, {}, opts, profile=profile,
                               installer=rec)
         assert res.ok, [(n.hostname, n.reason) for n in res.nodes]
@@ -495,3 +496,25 @@ def test_the_lab_does_not_check_kubernetes_versions_and_says_so(tmp_path: Path) 
                               profile=lab, installer=Recorder())
     assert res.ok, [(n.hostname, n.reason) for n in res.nodes]
     assert any("kubelet and API server versions" in n for n in res.notes), res.notes
+
+
+def test_a_control_plane_left_part_way_is_checked_at_the_new_target(tmp_path: Path) -> None:
+    """cp01's roles ran at 2026.11 (kubeadm upgrade apply: its API server and kubelet at
+    1.32.4), then it failed its gate. Retargeted to a bundle pinning 1.31.4, whose plan shows
+    no Kubernetes change (nothing was recorded done), the gate still asks the cluster, and
+    finds the control plane at 1.32.4: it fails, it is not recorded on the new bundle."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        _set_node(srv, "cp01", ready=False)
+        apply_mod.apply(loaded, "2026.11", kube, {}, _opts(1, 1, 1, limit="cp01"),
+                        profile=profile, installer=Recorder(srv))
+        assert store.node("cp01").failed_phase is Phase.CONFIGURED
+        _set_node(srv, "cp01", ready=True)
+        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {},
+                              _opts(1, 1, 1, limit="cp01"), profile=profile,
+                              installer=Recorder(srv, kubelet=None))  # nothing moves back
+        assert [n.hostname for n in res.failed] == ["cp01"]
+        why = res.failed[0].reason or ""
+        assert "the kubelet reports v1.32.4, expected v1.31.4" in why
+        assert "kube-apiserver-cp01) runs v1.32.4, expected v1.31.4" in why
+        assert not [e for e in store.events() if e.kind == "upgraded"]

@@ -136,7 +136,7 @@ class Playbook:
                              f"{failure.message} (log{where}: {result.artifact_dir})")
             elif result.status == "canceled":  # aborted (a second Ctrl-C), not just stopped
                 journal.stopped(h, step, "playbook canceled")
-            elif not result.ok and not result.failures:
+            elif not result.ok and not result.any_host_failed:
                 journal.fail(h, step, f"{result.playbook} ended {result.status} (rc "
                              f"{result.rc}) without a task failure; see {result.artifact_dir}")
             elif not result.ok and result.aborted:
