@@ -90,6 +90,8 @@ def add(
             addresses=discover_mod.addresses([f"{bmc}/32"], []),
             redfish_ports=(redfish_port or (443 if scheme == "https" else 80),),
             scheme=scheme, timeout_s=3.0, concurrency=2)
+        if (plain := discover_mod.plain_http_warning(plan)) is not None:
+            console(json_out).warn(plain)
         source = add_mod.from_bmc(loaded, os.environ, store, plan, login,
                                   Tls(verify=not insecure))
     result = add_mod.add(loaded, store, source, block=block, rack=rack, u=u, name=name,

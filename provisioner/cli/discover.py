@@ -67,6 +67,8 @@ def discover(
         redfish_ports=tuple(redfish_ports or [443 if scheme == "https" else 80]),
         scheme=scheme, ipmi_port=ipmi_port or None, timeout_s=timeout_s,
         concurrency=concurrency, rate_per_s=rate)
+    if (plain := discover_mod.plain_http_warning(plan)) is not None:
+        console(json_out).warn(plain)
     store = StateStore(profile_mod.for_site(loaded).state_path)
     result = discover_mod.discover(loaded, os.environ, store, plan, leases=leases,
                                    credentials=credentials, tls=Tls(verify=not insecure))

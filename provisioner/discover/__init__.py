@@ -51,6 +51,26 @@ class ProbePlan:
     rate_per_s: float = 100.0  # new probes started per second, all workers together
 
 
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a name: not known to stay on this machine
+        return False
+
+
+def plain_http_warning(plan: ProbePlan) -> str | None:
+    """--scheme http outside loopback: the site's shared BMC login would go in clear (HTTP
+    Basic auth) to whatever answers, which `validate`'s bmc-plain-http warning never sees."""
+    if plan.scheme != "http":
+        return None
+    remote = [a for a in plan.addresses if not _loopback(a)]
+    if not remote:
+        return None
+    return (f"--scheme http: the BMC login goes unencrypted (HTTP Basic auth) to each BMC "
+            f"found at {len(remote)} address(es) beyond loopback; use https (the default) "
+            "outside the lab")
+
+
 @dataclass(frozen=True)
 class Found:
     """One BMC answering at address:port."""

@@ -93,11 +93,21 @@ def _kube_version_in(value: Any) -> Any:
     return value
 
 
+def _no_login(url: str) -> str:
+    """A login in a URL would be rendered into group_vars, apt sources and helm's argv."""
+    if "@" in url.split("://", 1)[-1].split("/", 1)[0]:
+        raise ValueError("the URL carries a login (user@ or user:password@), which would be "
+                         "written into the rendered files and logs: give the mirror without "
+                         "it, and apt its login in /etc/apt/auth.conf.d (apt_auth.conf(5))")
+    return url
+
+
 LabelKey = Annotated[str, AfterValidator(_label_key)]
 LabelValue = Annotated[str, BeforeValidator(_text), AfterValidator(_label_value)]
 KubeVersion = Annotated[str, BeforeValidator(_kube_version_in), AfterValidator(_kube_version)]
 GpuModel = Annotated[str, Field(min_length=1, max_length=63, pattern=LABEL_NAME_RE.pattern)]
-MirrorUrl = Annotated[str, Field(max_length=2048, pattern=MIRROR_RE)]
+MirrorUrl = Annotated[str, Field(max_length=2048, pattern=MIRROR_RE),
+                     AfterValidator(_no_login)]
 LocalPath = Annotated[str, Field(pattern=PATH_RE)]
 PublicKey = Annotated[str, Field(max_length=16_384, pattern=PUBLIC_KEY_RE)]
 BmcAddress = Annotated[str, Field(min_length=1, max_length=253, pattern=BMC_ADDRESS_RE)]

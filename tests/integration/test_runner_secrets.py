@@ -107,7 +107,7 @@ case "$*" in
     echo '[upload-certs] Storing the certificates in Secret "kubeadm-certs"'
     echo '[upload-certs] Using certificate key:'
     echo {key} ;;
-  "token create --print-join-command")
+  "token create --ttl 2h --print-join-command")
     echo "kubeadm join 192.0.2.10:6443 --token {token}" \\
       "--discovery-token-ca-cert-hash sha256:{cahash}" ;;
   init*)
@@ -173,7 +173,7 @@ def test_join_token_and_certificate_key_reach_no_artifact(tmp_path, join_rc):
     calls = log.read_text().splitlines()
     assert calls[0].startswith("init --config") and "--skip-token-print" in calls[0]
     assert calls.count("init phase upload-certs --upload-certs") == 1
-    assert calls.count("token create --print-join-command") == 1
+    assert calls.count("token create --ttl 2h --print-join-command") == 1  # not 24 h
     # kubeadm joins with the rendered join configuration: the secrets are in that 0600
     # file, never in argv; only the control plane's carries the certificate key
     joins = [c for c in calls if c.startswith("join ")]

@@ -57,3 +57,16 @@ def test_leases_parse_v4_skip_v6_and_name_the_bad_line() -> None:
     assert addresses(["10.250.1.40/31"], leases) == ("10.250.1.40", "10.250.1.41")
     with pytest.raises(ConfigError, match="at most 4096"):
         addresses(["10.0.0.0/16"], [])
+
+
+def test_plain_http_beyond_loopback_is_warned():
+    """--scheme http sends the shared BMC login in clear to whatever answers: said unless
+    every address probed is on loopback (the lab's emulators)."""
+    from provisioner.discover import ProbePlan, plain_http_warning
+
+    lab = ProbePlan(addresses=("127.0.0.1", "127.0.0.2"), scheme="http")
+    assert plain_http_warning(lab) is None
+    assert plain_http_warning(ProbePlan(addresses=("10.250.1.40",), scheme="https")) is None
+    site = ProbePlan(addresses=("127.0.0.1", "10.250.1.40", "bmc41.site"), scheme="http")
+    assert "unencrypted (HTTP Basic auth) to each BMC found at 2 address(es)" in str(
+        plain_http_warning(site))
