@@ -20,7 +20,7 @@ from provisioner.inventory import check, load
 from tests.conftest import FIXTURES
 
 BASE = yaml.safe_load((FIXTURES / "valid_small.yaml").read_text())
-SETTINGS = settings(max_examples=700, deadline=None,
+SETTINGS = settings(max_examples=500, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
                                            HealthCheck.too_slow])
 
