@@ -97,8 +97,9 @@ def _no_login(url: str) -> str:
     """A login in a URL would be rendered into group_vars, apt sources and helm's argv."""
     if "@" in url.split("://", 1)[-1].split("/", 1)[0]:
         raise ValueError("the URL carries a login (user@ or user:password@), which would be "
-                         "written into the rendered files and logs: give the mirror without "
-                         "it, and apt its login in /etc/apt/auth.conf.d (apt_auth.conf(5))")
+                         "written into the rendered files and logs: give the URL without it "
+                         "(apt reads a mirror's login from /etc/apt/auth.conf.d, see "
+                         "apt_auth.conf(5))")
     return url
 
 
