@@ -43,6 +43,10 @@ class TaskEvent:
     # system): a "changed" here is a prediction, not a change.
     check_mode: bool = False
 
+    def describe(self) -> str:
+        """What failed, as a node's failure reason says it."""
+        return f"{self.status} at '{self.task}': {self.message}"
+
 
 @dataclass
 class RunResult:

@@ -36,11 +36,14 @@ def world(nodes: list[str], *, gpus: int = 8, kubelet: str = "v1.31.4",
             "pdbs": [], "log": []}
 
 
+def _apiserver_image(version: str) -> str:
+    return f"registry.k8s.io/kube-apiserver:{version}"  # kubeadm's manifest
+
+
 def apiserver_pod(node: str, version: str) -> dict[str, Any]:
     """The mirror pod of kubeadm's kube-apiserver static pod on `node`."""
     return {"namespace": "kube-system", "name": f"kube-apiserver-{node}", "node": node,
-            "mirror": True, "container": "kube-apiserver",
-            "image": f"registry.k8s.io/kube-apiserver:{version}"}
+            "mirror": True, "container": "kube-apiserver", "image": _apiserver_image(version)}
 
 
 def move_versions(w: dict[str, Any], nodes: list[str], version: str) -> None:
@@ -50,7 +53,7 @@ def move_versions(w: dict[str, Any], nodes: list[str], version: str) -> None:
         w["nodes"][n]["kubelet"] = version
     for p in w["pods"]:
         if p["node"] in nodes and p["name"] == f"kube-apiserver-{p['node']}":
-            p["image"] = f"registry.k8s.io/kube-apiserver:{version}"
+            p["image"] = _apiserver_image(version)
 
 
 def _node_json(name: str, n: dict[str, Any]) -> dict[str, Any]:

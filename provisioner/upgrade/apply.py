@@ -204,7 +204,7 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
                     on_upgraded=upgraded, bundle=target.name,
                     gate_timeout_s=opts.gate_timeout_s,
                     kubernetes=_kubernetes_checked(the_plan, target, profile, {
-                        h for h, b in flight.items() if b is not None} | retarget))
+                        h for h, b in flight.items() if b is not None}))
         status = "failed"
         try:
             outcome = roll(r, todo, stop)
@@ -234,7 +234,8 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
 def _kubernetes_checked(p: UpgradePlan, target: Bundle, profile: Profile,
                         in_flight: Collection[str]) -> dict[str, str]:
     """The nodes whose Kubernetes the bundle moves, or that an unfinished upgrade left
-    part-way (its roles may have run at another bundle, which may have moved them: the plan
+    part-way (retargeted ones included: its roles may have run at another bundle, which may
+    have moved them: the plan
     compares only the versions recorded when a node was last done), and the version their
     kubelet (and a control plane's API server) must then report. None in the lab: nothing
     there runs kubeadm upgrade (needs_cluster), so the stand-in keeps the old versions."""

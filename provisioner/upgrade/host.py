@@ -51,8 +51,7 @@ def _per_host(result: runner_mod.RunResult, batch: Sequence[str]) -> Outcome:
     for h in batch:
         failure = result.failure_of(h)
         if failure is not None:
-            out[h] = (f"{result.playbook}: {failure.status} at '{failure.task}': "
-                      f"{failure.message} (log: {result.artifact_dir})")
+            out[h] = f"{result.playbook}: {failure.describe()} (log: {result.artifact_dir})"
         elif not result.ok and not result.any_host_failed:
             out[h] = f"{result.playbook} ended {result.status} (rc {result.rc})"
         elif not result.ok and result.aborted:  # any_errors_fatal: its roles did not finish

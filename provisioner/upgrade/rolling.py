@@ -59,7 +59,8 @@ class Rolling:
     gate_timeout_s: float = 300.0
     gate_retry_s: float = 10.0
     # The Kubernetes version ("v1.32.4") the gate expects a node's kubelet (and a control
-    # plane's API server) to report: nodes whose Kubernetes the bundle moves.
+    # plane's API server) to report: nodes whose Kubernetes the bundle moves, or that an
+    # earlier run left part-way (apply._kubernetes_checked).
     kubernetes: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -132,8 +132,8 @@ class Playbook:
         for h in batch:
             failure = result.failure_of(h)
             if failure is not None:
-                journal.fail(h, step, f"{failure.status} at '{failure.task}': "
-                             f"{failure.message} (log{where}: {result.artifact_dir})")
+                journal.fail(h, step, f"{failure.describe()} (log{where}: "
+                             f"{result.artifact_dir})")
             elif result.status == "canceled":  # aborted (a second Ctrl-C), not just stopped
                 journal.stopped(h, step, "playbook canceled")
             elif not result.ok and not result.any_host_failed:

@@ -58,8 +58,7 @@ def check_mode(ctx: Context, hosts: list[str], forks: int) -> Mapping[str, str]:
     for h in hosts:
         bad = result.failure_of(h)
         if bad is not None:
-            failed[h] = (f"join (check mode): {bad.status} at '{bad.task}': "
-                         f"{bad.message} (log: {result.artifact_dir})")
+            failed[h] = f"join (check mode): {bad.describe()} (log: {result.artifact_dir})"
         elif not result.ok:
             failed[h] = (f"join (check mode): {PLAYBOOK} ended {result.status} (rc "
                          f"{result.rc}); see {result.artifact_dir}")
