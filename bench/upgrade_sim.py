@@ -6,14 +6,16 @@ Durations: cordon, drain, roles, reboot, gate, uncordon), lays the batches out w
 same scheduler `upgrade apply` picks them with, for both kinds of bundle side by side in
 this one run: a GPU-stack bundle (driver, CUDA, DOCA, DCGM, containerd: no Kubernetes
 change, so worker batches go alongside the control-plane rounds) and one that also moves
-Kubernetes (workers wait for every control plane). It prints:
+Kubernetes (each control plane's kubeadm upgrade in place first, one at a time, then the
+same rounds: no kubelet is ever newer than an API server). It prints:
 
 - planned total time (batches one after the other, each as long as its slowest node);
 - the lower bound ceil(N / max_unavailable) x per-node time, max_unavailable being the sum
   of the per-rack limits (no schedule can have more nodes down at once);
 - their ratio (goal <= 1.1), and the ratio to the bound that also counts the rules (no
   rack past its limit: max over racks of ceil(rack size / rack limit) rounds; control
-  planes one at a time, and alone first when Kubernetes changes), which no schedule beats.
+  planes one at a time; every API server moved before any kubelet when Kubernetes
+  changes), which no schedule beats.
 
     python bench/upgrade_sim.py [--nodes 1000]
 """
@@ -21,6 +23,7 @@ Kubernetes (workers wait for every control plane). It prints:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -52,11 +55,16 @@ def run(name: str, nodes: int, racks: list[int], max_unavailable: int | str,
     d = Durations()
     node_s = {h: d.node_s(reboot=h not in cps) for h in domains}  # driver change on GPUs
     t0 = time.perf_counter()
+    first = sched.control_planes_first(list(domains))  # as make_plan and apply lay it out
+    if first:
+        sched = dataclasses.replace(sched, workers_wait=False)
     layout = sched.layout(list(domains))
     took_s = time.perf_counter() - t0
     assert sum(len(b) for b in layout) == nodes, "every node is scheduled"
     assert all(sum(h in cps for h in b) <= 1 for b in layout), "one control plane at a time"
-    planned = planned_s(layout, node_s)
+    assert bool(first) == kube, "control planes first, in place, when Kubernetes moves"
+    in_place_s = len(first) * d.kubeadm_s
+    planned = in_place_s + planned_s(layout, node_s)
     limits = sched.domain_limits()
     racks_ = {d for h, d in domains.items() if h not in cps}
     workers = nodes - len(cps)
@@ -64,14 +72,14 @@ def run(name: str, nodes: int, racks: list[int], max_unavailable: int | str,
     unavailable = min(sum(limits[d] for d in racks_), sched.worker_batch_size(workers))
     per_node_s = max(node_s.values())
     bound = lower_bound_s(nodes, unavailable, per_node_s)  # the issue's bound
-    # What the rules themselves cost and no schedule avoids: no rack past its limit, and
-    # the control planes one at a time (alone first when Kubernetes changes).
+    # What the rules themselves cost and no schedule avoids: no rack past its limit, the
+    # control planes one at a time, and when Kubernetes changes every API server moved
+    # (kubeadm, one control plane at a time) before any kubelet.
     sizes = Counter(d for h, d in domains.items() if h not in cps)
     rack_rounds = [math.ceil(n / limits[d]) for d, n in sizes.items()]
     rounds = max([math.ceil(workers / unavailable), *rack_rounds])
     cp_s = sum(node_s[h] for h in cps)
-    rule_bound = (cp_s + rounds * per_node_s if kube
-                  else max(cp_s, rounds * per_node_s))
+    rule_bound = (len(cps) * d.kubeadm_s if kube else 0.0) + max(cp_s, rounds * per_node_s)
     print(f"{name:<38} {'+k8s' if kube else 'gpu':>5} {len(racks_):>5} "
           f"{max_unavailable!s:>5} {unavailable:>5} {len(layout):>7} {planned / 3600:>7.2f} "
           f"{bound / 3600:>7.2f} {planned / bound:>6.3f} {planned / rule_bound:>7.3f} "
@@ -85,7 +93,8 @@ def main() -> None:
     print(f"per-node time: {Durations().node_s(True):.0f} s with a reboot, "
           f"{Durations().node_s(False):.0f} s without (control planes)")
     print(f"{n} nodes; bundle 'gpu': driver/CUDA/DOCA/DCGM/containerd (workers alongside "
-          "the control planes); '+k8s': the same and Kubernetes (workers wait)")
+          "the control planes); '+k8s': the same and Kubernetes (each control plane's "
+          f"kubeadm upgrade in place first, {Durations().kubeadm_s:.0f} s each)")
     print(f"{'scenario':<38} {'bundle':>5} {'racks':>5} {'maxU':>5} {'U':>5} "
           f"{'batches':>7} {'plan_h':>7} {'bound_h':>7} {'ratio':>6} {'r_rules':>7} "
           f"{'lay_ms':>6}")

@@ -46,10 +46,12 @@ def apiserver_pod(node: str, version: str) -> dict[str, Any]:
             "mirror": True, "container": "kube-apiserver", "image": _apiserver_image(version)}
 
 
-def move_versions(w: dict[str, Any], nodes: list[str], version: str) -> None:
-    """What a kubeadm upgrade leaves on `nodes`: the kubelet at `version`, and on a control
+def move_versions(w: dict[str, Any], nodes: list[str], version: str,
+                  kubelet: bool = True) -> None:
+    """What a kubeadm upgrade leaves on `nodes`: the kubelet at `version` (unless `kubelet`
+    is false: a control plane's upgrade in place, before its own round), and on a control
     plane the API server's static pod at it too (tests that record the host side)."""
-    for n in nodes:
+    for n in nodes if kubelet else ():
         w["nodes"][n]["kubelet"] = version
     for p in w["pods"]:
         if p["node"] in nodes and p["name"] == f"kube-apiserver-{p['node']}":

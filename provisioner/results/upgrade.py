@@ -46,10 +46,15 @@ class UpgradePlanReport(Out):
     changes: list[ChangeView]
     nodes: list[PlanNode]
     batches: list[list[str]]
-    # true: the bundle changes Kubernetes, workers start after every control plane; false:
-    # worker batches go alongside the control-plane rounds (`order` says which and why)
+    # true: the bundle changes Kubernetes, no worker starts before every API server is on
+    # it; false: worker batches go alongside the control-plane rounds (`order` says which
+    # and why)
     workers_wait: bool
     order: str
+    # the control planes whose kubeadm upgrade runs in place, one at a time, before any
+    # batch (a bundle that changes Kubernetes); the batches then carry workers alongside
+    # the control planes' rounds
+    control_planes_first: list[str]
     max_unavailable: dict[str, int]  # per failure domain
     planned_s: float
 
@@ -92,6 +97,7 @@ def plan_report(p: UpgradePlan) -> UpgradePlanReport:
                         changes=list(n.changes), reboot=n.reboot, node_s=n.node_s)
                for n in p.nodes],
         batches=p.batches, workers_wait=p.workers_wait, order=p.order,
+        control_planes_first=p.control_planes_first,
         max_unavailable=p.max_unavailable,
         planned_s=round(p.planned_s, 1))
 

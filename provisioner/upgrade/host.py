@@ -3,7 +3,7 @@ reboot (through the OS, or the BMC when the OS does not come back), and the gate
 checks (driver and fabric manager versions, GPU count, DCGM diagnostic).
 
 `Installer` is the seam: `AnsibleInstaller` runs the rendered project through ansible-runner
-(steps.ansible, runner.py); the simulation in the tests implements the same two methods.
+(steps.ansible, runner.py); the simulation in the tests implements the same three methods.
 Each returns, per host, None when it passed or the reason it did not.
 """
 
@@ -29,6 +29,9 @@ from provisioner.workflows.steps import guard
 Outcome = dict[str, str | None]  # host -> None (passed) or the reason it failed
 
 UPGRADE_PLAYBOOK = "site.yml"  # the roles, rendered at the bundle's versions
+# The kubernetes role's tasks a control plane runs in place, before any drain, when the
+# bundle moves Kubernetes: the new kubeadm and its `kubeadm upgrade apply|node`.
+CONTROL_PLANE_FIRST_TAG = "kubernetes_control_plane_first"
 REBOOT_PLAYBOOK = "upgrade_reboot.yml"
 GATE_PLAYBOOKS = ("verify.yml", "upgrade_gate.yml")
 # The roles reboot a node for its new driver mid-play (roles/nvidia_driver/handlers), as
@@ -42,6 +45,8 @@ OS_POLL_S = 5.0  # how often to try SSH while waiting for the OS after a power c
 
 class Installer(Protocol):
     def install(self, batch: Sequence[str], reboot: Sequence[str]) -> Outcome: ...
+
+    def control_plane_first(self, host: str) -> str | None: ...
 
     def gate(self, batch: Sequence[str]) -> Outcome: ...
 
@@ -83,9 +88,15 @@ class AnsibleInstaller:
             self._project = render_mod.render(self.loaded, out, lab=self.profile.lab).out
         return self._project
 
-    def _run(self, playbook: str, batch: Sequence[str]) -> runner_mod.RunResult:
+    def _run(self, playbook: str, batch: Sequence[str], tags: str | None = None
+             ) -> runner_mod.RunResult:
         return runner_mod.run_playbook(self.project(), playbook, limit=",".join(batch),
-                                       forks=self.forks)
+                                       tags=tags, forks=self.forks)
+
+    def control_plane_first(self, host: str) -> str | None:
+        """One control plane's kubeadm upgrade, in place (None when it passed)."""
+        return _per_host(self._run(UPGRADE_PLAYBOOK, [host], CONTROL_PLANE_FIRST_TAG),
+                         [host])[host]
 
     def install(self, batch: Sequence[str], reboot: Sequence[str]) -> Outcome:
         """The roles at the bundle's versions, then a reboot for the nodes that need one

@@ -70,6 +70,9 @@ class Durations:
     reboot_s: float = 600.0
     gate_s: float = 300.0
     uncordon_s: float = 5.0
+    # a control plane's kubeadm upgrade in place (new static pods, etcd's included), an
+    # estimate: kubeadm waits up to 5 min per static pod, a healthy one restarts in about 1
+    kubeadm_s: float = 300.0
 
     def node_s(self, reboot: bool) -> float:
         return (self.cordon_s + self.drain_s + self.upgrade_s + self.gate_s + self.uncordon_s
@@ -122,8 +125,10 @@ class UpgradePlan:
     planned_s: float
     max_unavailable: dict[str, int]
     rollback: list[str] = field(default_factory=list)  # what cannot be moved back
-    workers_wait: bool = True  # workers start only after every control plane
+    workers_wait: bool = True  # the bundle moves Kubernetes: no worker before the API servers
     order: str = ""  # why the workers wait for the control planes, or why they need not
+    # control planes whose kubeadm upgrade runs in place, one at a time, before any batch
+    control_planes_first: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -359,22 +364,30 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
                 if any(ch.component == c and ch.direction == "upgrade" for ch in changes)]
     kube_change = next((ch for ch in changes if ch.component == "kubernetes"), None)
     workers_wait = kube_change is not None
-    order = (f"workers wait for every control plane: the bundle changes Kubernetes "
-             f"({kube_change.old} -> {kube_change.new}) and a kubelet is never newer than "
-             "the API server" if kube_change is not None else
-             "workers go alongside the control planes (still one at a time, within each "
-             "domain's limit): the bundle changes no Kubernetes version")
     sched = scheduler(loaded, site_hosts or hosts, opts, workers_wait)
     todo = [n.hostname for n in nodes if n.changes]
+    first = sched.control_planes_first(todo)
+    order = ("workers go alongside the control planes (still one at a time, within each "
+             "domain's limit): the bundle changes no Kubernetes version"
+             if kube_change is None else
+             f"the bundle changes Kubernetes ({kube_change.old} -> {kube_change.new}) and a "
+             "kubelet is never newer than the API server: "
+             + (f"first each control plane's kubeadm upgrade in place, one at a time, no "
+                f"drain ({', '.join(first)}); then workers go alongside the control planes' "
+                "rounds (if one fails in place, every control plane goes alone first)"
+                if first else "workers wait for every control plane"))
+    if first:  # the run lifts the wait once every API server is moved (upgrade.rolling)
+        sched = dataclasses.replace(sched, workers_wait=False)
     if 0 < len(cps) < 3 and any(n.control_plane for n in nodes if n.changes):
         warnings.append(f"{len(cps)} control plane(s): the API server is unavailable while "
                         "one upgrades (three or more keep quorum)")
     layout = sched.layout(todo)
     return UpgradePlan(site=loaded.site.site.name, bundle=target.name, refusals=refusals,
                        warnings=warnings, changes=changes, nodes=nodes, batches=layout,
-                       planned_s=planned_s(layout, {n.hostname: n.node_s for n in nodes}),
+                       planned_s=len(first) * opts.durations.kubeadm_s
+                       + planned_s(layout, {n.hostname: n.node_s for n in nodes}),
                        max_unavailable=sched.domain_limits(), rollback=rollback,
-                       workers_wait=workers_wait, order=order)
+                       workers_wait=workers_wait, order=order, control_planes_first=first)
 
 
 def scheduler(loaded: LoadedSite, hosts: Sequence[HostPlan], opts: PlanOptions,

@@ -10,10 +10,20 @@ failure budget is spent or a stop was requested; a stop (Ctrl-C) inside a batch 
 step in flight finish and starts no roles, gate or uncordon after it, so an interrupted
 node stays cordoned where it was recorded. Nodes a killed or stopped run left half-way are
 resumed first, as one batch: they are down already.
+
+When the bundle moves Kubernetes, every control plane first runs kubeadm's upgrade in
+place, one at a time (kubeadm's order: `kubeadm upgrade apply|node` before the drain; the
+node keeps serving while kubeadm restarts its static pods, one control plane at a time).
+Once every API server serves the new version, no kubelet can be newer than an API server,
+so the workers need not wait for the control planes' full rounds (drain, roles, reboot,
+gate): they go alongside them, as for a bundle that changes no Kubernetes version. If
+one control plane's in-place upgrade fails, the run notes why and falls back to control
+planes alone first, whose full round runs kubeadm's upgrade again and fails it there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -145,6 +155,62 @@ def _cluster_gate_until(r: Rolling, hosts: Sequence[str]) -> dict[str, list[str]
             return None
 
 
+def control_planes_first(r: Rolling, fresh: Sequence[str], stop: threading.Event) -> bool:
+    """kubeadm's upgrade on each control plane in turn, in place, and its API server's
+    version checked where the gate checks it: True when every API server is moved, so the
+    workers need not wait for the control planes (Scheduler.control_planes_first says
+    when it runs)."""
+    first = r.scheduler.control_planes_first(fresh, _down(r, fresh))
+    if not first:
+        return False
+    j = r.journal
+    # one down in the cluster (cordoned by hand: left alone; NotReady) is not upgraded in
+    # place: the control planes go alone first, as the scheduler then decides
+    down = {h: why for h, why in r.kube.unavailable().items() if h in set(first)}
+    if down:
+        j.note(None, "upgrade", "note", "control planes first, in place, not tried: "
+               + ", ".join(f"{h} {why}" for h, why in sorted(down.items()))
+               + " in the cluster; every control plane goes alone before the workers")
+        return False
+    for h in first:
+        if stop.is_set():
+            return False
+        want = r.kubernetes.get(h)
+        try:
+            if want is not None and r.kube.apiserver_version(h) == want:
+                continue  # an earlier run moved it
+            j.note(h, "upgrade", "note", "kubeadm upgrade in place, before any drain "
+                   "(control planes first)")
+            why = r.installer.control_plane_first(h)
+            if why is None and want is not None:
+                why = _apiserver_until(r, h, want)
+        except ProvisionerError as exc:
+            why = str(exc)
+        if why is not None:
+            j.note(h, "upgrade", "note", f"control planes first, in place, did not complete "
+                   f"({why}): every control plane now goes alone before the workers")
+            return False
+        j.note(h, "upgrade", "note", "kubeadm upgrade done in place (its API server is on "
+               "the bundle"
+               + (f", {want})" if want else "; not checked: no API server to ask)")
+               + "; its kubelet moves in its own round")
+    j.note(None, "upgrade", "note", "every API server is on the bundle's Kubernetes: the "
+           "workers go alongside the control planes' rounds")
+    return True
+
+
+def _apiserver_until(r: Rolling, host: str, want: str) -> str | None:
+    """None once `host`'s API server reports `want`, else why not after gate_timeout_s."""
+    start = r.clock.now()
+    while True:
+        got = r.kube.apiserver_version(host)
+        if got == want:
+            return None
+        if (r.clock.now() - start >= r.gate_timeout_s
+                or r.clock.sleep(min(r.gate_retry_s, r.gate_timeout_s))):
+            return f"its API server reports {got or 'no version'}, not {want}"
+
+
 def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutcome:
     """Upgrade `todo` (nodes in ready, or part-way from a killed run), batch by batch."""
     j = r.journal
@@ -154,6 +220,9 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
                "by an earlier run: " + ", ".join(resumed))
         run_batch(r, resumed, stop)
     fresh = [h for h in todo if h not in set(resumed)]
+    if not stop.is_set() and control_planes_first(r, fresh, stop):
+        r = dataclasses.replace(r, scheduler=dataclasses.replace(r.scheduler,
+                                                                 workers_wait=False))
     workers_total = sum(1 for h in fresh if h not in r.scheduler.control_planes)
 
     why: list[str] = []  # the scheduler's reason when it found nothing to start

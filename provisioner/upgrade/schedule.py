@@ -6,9 +6,11 @@ included.
 When the bundle changes Kubernetes, workers wait until every control plane is done: a
 kubelet is never newer than the API server (kubernetes.io version-skew policy, DOMAIN.md
 §4), and a control plane that failed may still serve the old version, so workers then wait
-for good. When it changes no Kubernetes version (a driver, CUDA, DOCA, DCGM or containerd
-bundle: the common GPU upgrade), nothing orders workers after control planes, and each
-control-plane round carries a worker batch with it.
+for good. `control_planes_first` names the control planes that instead move their API
+servers in place before any batch (kubeadm's upgrade, upgrade.rolling); once they have,
+the run lifts the wait. When it changes no Kubernetes version (a driver, CUDA, DOCA, DCGM
+or containerd bundle: the common GPU upgrade), nothing orders workers after control
+planes, and each control-plane round carries a worker batch with it.
 
 "Down" counts every node that is not serving: the batch in flight, nodes a failed gate
 left cordoned, and nodes the cluster reports unschedulable (cordoned by hand for
@@ -54,6 +56,18 @@ class Scheduler:
     max_unavailable: int | str = 1
     # The bundle changes Kubernetes: workers start only once every control plane is done.
     workers_wait: bool = True
+
+    def control_planes_first(self, todo: Sequence[str], down: Collection[str] = ()
+                             ) -> list[str]:
+        """The control planes of `todo` that run kubeadm's upgrade in place, one at a time,
+        before any batch: when the bundle changes Kubernetes (`workers_wait`), a worker is
+        to be upgraded too, and no control plane is `down` (failed or part-way: it may
+        serve the old version, and its round comes first). Else none: workers wait."""
+        first = [h for h in todo if h in self.control_planes]
+        if (self.workers_wait and first and any(h not in self.control_planes for h in todo)
+                and not self.control_planes & set(down)):
+            return first
+        return []
 
     def domain_limits(self) -> dict[str, int]:
         sizes = Counter(self.domains.values())

@@ -383,7 +383,14 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
             kubernetes_packages=pkgs, kubernetes_member={"stat": {"exists": member}})
         assert got == str(want)
     block = by["Move this cluster member to the pinned version with kubeadm"]
-    assert block["tags"] == ["needs_cluster"] and "kubernetes_member" in block["when"]
+    assert block["tags"] == ["needs_cluster", "kubernetes_control_plane_first"]
+    assert "kubernetes_member" in block["when"]
+    # what `upgrade apply` runs on each control plane before any drain (--tags): the
+    # repository, kubeadm, and kubeadm's upgrade, nothing that restarts the kubelet
+    first = [t["name"] for t in tasks if "kubernetes_control_plane_first" in t.get("tags", [])]
+    assert first == ["Add the Kubernetes package repository for the pinned minor version",
+                     "Install kubeadm (with kubelet and kubectl on a new node) at the pinned "
+                     "version", "Move this cluster member to the pinned version with kubeadm"]
 
     role_vars = _yaml(ROOT / "roles/kubernetes/vars/main.yml")
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
@@ -397,7 +404,8 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
                "kubernetes_apiserver_manifest": {"skipped": True},
                "ansible_play_hosts": ["cp01"], "groups": {"kube_control_plane": ["cp01"]},
                **ctx}
-        for name in ("kubernetes_moves", "kubernetes_cluster_moved"):
+        for name in ("kubernetes_apiserver_moved", "kubernetes_moves",
+                     "kubernetes_cluster_moved"):
             ctx.setdefault(name, env.from_string(role_vars[name]).render(**ctx).strip())
         return env.from_string("{{ " + expr + " }}").render(**ctx).strip() == "True"
 
@@ -425,6 +433,18 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
     assert ask(apply_when, kubernetes_is_control_plane=True,
                kubernetes_running_version={"stdout": "v1.32.4"},
                kubernetes_apiserver_manifest=manifest, kubernetes_cluster_config=before)
+    # a control plane whose API server moved in place (upgrade apply's control planes
+    # first), back for its full round with the old kubelet: it moves (the kubelet), but
+    # kubeadm has nothing left to do on it
+    new_manifest = {"content": base64.b64encode(
+        b"    image: registry.k8s.io/kube-apiserver:v1.32.4\n").decode()}
+    assert ask("kubernetes_moves", kubernetes_is_control_plane=True,
+               kubernetes_running_version=old, kubernetes_apiserver_manifest=new_manifest,
+               kubernetes_cluster_config=moved)
+    for when in (apply_when, node_when):
+        assert not ask(when, kubernetes_is_control_plane=True, kubernetes_running_version=old,
+                       kubernetes_apiserver_manifest=new_manifest,
+                       kubernetes_cluster_config=moved)
     # the guard: a worker before the cluster moved, or two control planes applying at once
     guard = by["Move one control plane first, and the workers after it"][
         "ansible.builtin.assert"]["that"]

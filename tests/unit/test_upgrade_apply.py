@@ -45,15 +45,26 @@ class Recorder:
                  ) -> None:
         self.installed: list[list[str]] = []
         self.rebooted: list[str] = []
+        self.first: list[str] = []  # control planes upgraded in place, in order
+        self.installed_after_first: list[list[str]] = []
         self.srv, self.kubelet = srv, kubelet
 
     def install(self, batch: Sequence[str], reboot: Sequence[str]) -> Outcome:
         self.installed.append(list(batch))
+        if len(self.first) == len(CPS):
+            self.installed_after_first.append(list(batch))
         self.rebooted += reboot
         if self.srv is not None and self.kubelet is not None:
             kubelet = self.kubelet
             self.srv.edit(lambda w: move_versions(w, list(batch), kubelet))
         return dict.fromkeys(batch)
+
+    def control_plane_first(self, host: str) -> str | None:
+        self.first.append(host)
+        if self.srv is not None and self.kubelet is not None:
+            kubelet = self.kubelet
+            self.srv.edit(lambda w: move_versions(w, [host], kubelet, kubelet=False))
+        return None
 
     def gate(self, batch: Sequence[str]) -> Outcome:
         return dict.fromkeys(batch)
@@ -86,7 +97,14 @@ def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
                              installer=rec)
         assert [n.hostname for n in r1.failed] == ["dgx02"] and not r1.ok
         assert "node is not Ready" in (r1.failed[0].reason or "")
-        assert rec.installed[:3] == [["cp01"], ["cp02"], ["cp03"]]  # control planes first
+        # 2026.11 moves Kubernetes: each control plane's kubeadm upgrade in place first,
+        # then every round carries one control plane and workers beside it
+        assert rec.first == list(CPS) and rec.installed_after_first == rec.installed
+        assert [sum(h in CPS for h in b) for b in rec.installed][:3] == [1, 1, 1], \
+            rec.installed
+        assert rec.installed[0] != ["cp01"]  # a worker went beside the first control plane
+        notes = [e.detail.get("note", "") for e in store.events() if e.kind == "note"]
+        assert any("every API server is on the bundle's Kubernetes" in n for n in notes)
         assert sorted(rec.rebooted) == ["dgx01", "dgx02"]  # the driver changed on GPU nodes
         nodes = srv.load()["nodes"]
         assert nodes["dgx02"]["unschedulable"] is True
@@ -352,8 +370,38 @@ def test_a_control_plane_left_alone_still_holds_the_workers(tmp_path: Path) -> N
         res = apply_mod.apply(loaded, "2026.11", kube, {}, _opts(1, 3, 1), profile=profile,
                               installer=rec)
         assert rec.installed == [["cp01"], ["cp02"]], rec.installed
+        assert rec.first == []  # not even in place: the operator's cordon stays untouched
         assert "cp03 did not finish" in (res.rolling.stopped or ""), res.rolling.stopped
         assert sorted(res.rolling.not_started) == ["cp03", "dgx01", "dgx02", "stor01"]
+
+
+class LyingInPlace(Recorder):
+    """cp02's in-place upgrade reports success, but its API server stays on the old
+    version (a static pod that did not restart)."""
+
+    def control_plane_first(self, host: str) -> str | None:
+        if host != "cp02":
+            return super().control_plane_first(host)
+        self.first.append(host)
+        return None
+
+
+def test_control_planes_first_falls_back_when_an_api_server_did_not_move(
+        tmp_path: Path) -> None:
+    """The run asks the cluster, not the installer: cp02's API server still reports the
+    old version, so no worker goes before the control planes' full rounds."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        rec = LyingInPlace(srv)
+        res = apply_mod.apply(loaded, "2026.11", kube, {}, _opts(3, 3, 1), profile=profile,
+                              installer=rec)
+        assert res.ok, [(n.hostname, n.reason) for n in res.failed]
+        assert rec.first == ["cp01", "cp02"]  # stopped at the first that did not move
+        assert rec.installed[:3] == [["cp01"], ["cp02"], ["cp03"]], rec.installed
+        notes = [str(e.detail.get("note", "")) for e in store.events("cp02")
+                 if e.kind == "note"]
+        assert any("its API server reports v1.31.4, not v1.32.4" in n
+                   and "every control plane now goes alone" in n for n in notes), notes
 
 
 def test_our_own_cordon_left_unrecorded_is_not_taken_for_an_operators(

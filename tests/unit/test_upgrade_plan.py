@@ -16,7 +16,7 @@ from provisioner.inventory.bundle_models import load_bundle
 from provisioner.inventory.topology import servers
 from provisioner.profile import for_site
 from provisioner.upgrade import apply as apply_mod
-from provisioner.upgrade.plan import PlanOptions, make_plan
+from provisioner.upgrade.plan import Durations, PlanOptions, make_plan
 from provisioner.upgrade.schedule import Scheduler
 from tests.conftest import EXAMPLE, ROOT
 
@@ -129,7 +129,10 @@ def test_failure_domains_by_label_and_percentage(site: Path) -> None:
     target = load_bundle(site, "next").bundle
     p = make_plan(loaded, hosts, target, current, PlanOptions(batch=10, max_unavailable="50%"))
     assert p.max_unavailable == {"r01": 3}  # 50 % of the rack's 6 servers
-    assert p.batches == [["cp01"], ["cp02"], ["cp03"], ["dgx01", "dgx02", "stor01"]]
+    # Kubernetes moves: the control planes' kubeadm upgrade in place first, then three
+    # down at once in the rack, one control plane per round
+    assert p.control_planes_first == ["cp01", "cp02", "cp03"]
+    assert p.batches == [["cp01", "dgx01", "dgx02"], ["cp02", "stor01"], ["cp03"]]
     with pytest.raises(ConfigError, match="no label 'zone'"):
         make_plan(loaded, hosts, target, current, PlanOptions(domain_label="zone"))
 
@@ -151,10 +154,36 @@ def test_workers_go_alongside_the_control_planes_only_when_kubernetes_stays(
     assert gpu.ok and not gpu.workers_wait and "no Kubernetes version" in gpu.order
     # one rack, three down at once: every control-plane round carries workers with it
     assert gpu.batches == [["cp01", "dgx01", "dgx02"], ["cp02", "stor01"], ["cp03"]]
+    assert gpu.control_planes_first == []
+    # Kubernetes moves: each control plane's API server first, in place (no drain), then
+    # the same rounds as the GPU bundle; no kubelet is ever newer than an API server
     kube = plan_of(site, GOOD, max_unavailable=3, batch="100%")
     assert kube.workers_wait and "(1.31.4 -> 1.32.4)" in kube.order
-    assert kube.batches == [["cp01"], ["cp02"], ["cp03"], ["dgx01", "dgx02", "stor01"]]
-    assert gpu.planned_s < kube.planned_s
+    assert kube.control_planes_first == ["cp01", "cp02", "cp03"]
+    assert "kubeadm upgrade in place" in kube.order
+    assert kube.batches == gpu.batches
+    assert kube.planned_s == gpu.planned_s + 3 * Durations().kubeadm_s
+
+
+def test_a_control_plane_already_on_the_bundle_is_not_moved_again(site: Path) -> None:
+    """An earlier run finished cp03: the other two move in place, and nothing waits for
+    cp03. A control plane down (failed or part-way) makes the workers wait instead."""
+    (site / "bundles" / "next.yaml").write_text(GOOD)
+    loaded = load(site)
+    every = servers(loaded)
+    current = {h.hostname: {"kubernetes": "1.32.4" if h.hostname == "cp03" else "1.31.4"}
+               for h in every}
+    p = make_plan(loaded, every, load_bundle(site, "next").bundle, current,
+                  PlanOptions(batch="100%", max_unavailable=3),
+                  [h.hostname for h in every if h.control_plane], every)
+    assert p.ok and p.control_planes_first == ["cp01", "cp02"]
+    assert p.batches == [["cp01", "dgx01", "dgx02"], ["cp02", "stor01"]]
+    sched = Scheduler({h.hostname: "r01" for h in every}, frozenset({"cp01", "cp02", "cp03"}))
+    todo = ["cp01", "cp02", "dgx01"]
+    assert sched.control_planes_first(todo) == ["cp01", "cp02"]
+    assert sched.control_planes_first(todo, down={"cp03"}) == []
+    assert sched.control_planes_first(["dgx01"]) == []  # no control plane to move
+    assert sched.control_planes_first(["cp01", "cp02"]) == []  # no worker waits for them
 
 
 def test_workers_wait_for_a_failed_control_plane_only_when_kubernetes_changes() -> None:

@@ -6,8 +6,9 @@ failures at random steps, slow drains, PDBs that never release. Invariants:
 - control planes go one at a time (at most one in a batch) and, with three or more, never
   below etcd quorum;
 - when the bundle changes Kubernetes, no worker's kubelet is upgraded while any API server
-  is still on the old version (a control plane not yet upgraded, or one whose upgrade
-  failed); when it does not, workers may go alongside the control planes;
+  is still on the old version (a control plane not yet upgraded, in place or in its round,
+  or one whose upgrade failed); when it does not, workers may go alongside the control
+  planes; a control plane is upgraded in place only while it is not cordoned;
 - a node that failed is never uncordoned (it stays cordoned);
 - no batch starts once the failure budget is spent, and a run that did not try every node
   stopped for the budget, for --max-unavailable or quorum, or because workers wait for a
@@ -43,8 +44,10 @@ from provisioner.upgrade.steps import Clock
 from provisioner.workflows.engine import Journal
 from tests.conftest import moved_to
 
+# kubeadm: its kubeadm upgrade fails, in place (a control plane) and in its round
 FATES = ("ok", "ok", "ok", "slow_drain", "cordon", "drain_blocked", "install", "not_ready",
-         "host_gate")
+         "host_gate", "kubeadm")
+FAILING = ("cordon", "drain_blocked", "install", "not_ready", "host_gate", "kubeadm")
 DRAIN_TIMEOUT_S = 50.0
 SHM = "/dev/shm" if Path("/dev/shm").is_dir() else None
 RETRY_S = 10.0
@@ -63,6 +66,7 @@ class SimCluster:
         self.fates, self.domains, self.limits, self.cps = fates, domains, limits, cps
         self.kube = kube  # the bundle changes Kubernetes
         self.api_new: set[str] = set()  # control planes whose API server is on the bundle
+        self.in_place: list[str] = []  # control planes upgraded in place, in order
         self.cordoned: set[str] = set()
         self.failed: set[str] = set()
         self.tries: Counter[str] = Counter()
@@ -132,14 +136,28 @@ class SimCluster:
 
     # Installer
     def install(self, batch: Any, reboot: Any) -> dict[str, str | None]:
+        broken = ("install", "kubeadm")
         with self.lock:
             old_apis = sorted(self.cps - self.api_new)
             for h in batch:
                 if self.kube and h not in self.cps and old_apis:
                     self.errors.append(f"{h}: kubelet upgraded while API server(s) "
                                        f"{old_apis} are on the old version")
-            self.api_new |= {h for h in batch if h in self.cps and self.fates[h] != "install"}
-        return {h: "dpkg failed" if self.fates[h] == "install" else None for h in batch}
+            self.api_new |= {h for h in batch if h in self.cps and self.fates[h] not in broken}
+        return {h: "dpkg failed" if self.fates[h] in broken else None for h in batch}
+
+    def control_plane_first(self, host: str) -> str | None:
+        with self.lock:
+            if host not in self.cps or not self.kube:
+                self.errors.append(f"{host}: upgraded in place, not a control plane of a "
+                                   "Kubernetes move")
+            if host in self.cordoned:
+                self.errors.append(f"{host}: upgraded in place while cordoned")
+            self.in_place.append(host)
+            if self.fates[host] == "kubeadm":
+                return "kubeadm upgrade apply: etcd did not come back"
+            self.api_new.add(host)
+        return None
 
     def gate(self, batch: Any) -> dict[str, str | None]:
         return {h: "nvidia-smi: 7 GPUs" if self.fates[h] == "host_gate" else None
@@ -241,9 +259,15 @@ def test_rolling_upgrade_invariants(sc: dict[str, Any]) -> None:
         with mock.patch.object(rolling, "run_batch", watched):
             out = roll(r, hosts, threading.Event())
         assert not sim.errors, sim.errors
-        should_fail = {h for h, f in fates.items()
-                       if f in ("cordon", "drain_blocked", "install", "not_ready",
-                                "host_gate")}
+        # in place: every control plane in turn when Kubernetes moves and workers wait for
+        # them, up to the first that fails (the rest then go alone first, in their rounds)
+        order = [h for h in hosts if h in cps]
+        broke = [i for i, h in enumerate(order) if sc["fates"][h] == "kubeadm"]
+        if sc["kube"] and order and len(order) < len(hosts):
+            assert sim.in_place == order[:broke[0] + 1 if broke else None], sim.in_place
+        else:
+            assert sim.in_place == []
+        should_fail = {h for h, f in fates.items() if f in FAILING}
         attempted = {h for b, _ in starts for h in b}
         for h in hosts:
             phase = journal.phase(h)
