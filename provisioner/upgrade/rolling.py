@@ -156,27 +156,37 @@ def _cluster_gate_until(r: Rolling, hosts: Sequence[str]) -> dict[str, list[str]
 
 
 def control_planes_first(r: Rolling, fresh: Sequence[str], stop: threading.Event) -> bool:
-    """kubeadm's upgrade on each control plane in turn, in place, and its API server's
-    version checked where the gate checks it: True when every API server is moved, so the
-    workers need not wait for the control planes (Scheduler.control_planes_first says
-    when it runs)."""
+    """kubeadm's upgrade on each control plane in turn, in place, never below etcd quorum,
+    each API server's version then read back from the cluster: True when every control
+    plane's API server (selected or not) is on the bundle, so the workers need not wait for
+    the control planes (Scheduler.control_planes_first says when it is tried)."""
     first = r.scheduler.control_planes_first(fresh, _down(r, fresh))
     if not first:
         return False
     j = r.journal
-    # one down in the cluster (cordoned by hand: left alone; NotReady) is not upgraded in
-    # place: the control planes go alone first, as the scheduler then decides
+    cps = r.scheduler.control_planes
+
+    def fall_back(host: str | None, why: str) -> bool:
+        j.note(host, "upgrade", "note", f"control planes first, in place, stopped: {why}; "
+               "every control plane goes alone before the workers")
+        return False
+
+    # one cordoned by hand (left alone) or NotReady is not touched: none is, then
     down = {h: why for h, why in r.kube.unavailable().items() if h in set(first)}
     if down:
-        j.note(None, "upgrade", "note", "control planes first, in place, not tried: "
-               + ", ".join(f"{h} {why}" for h, why in sorted(down.items()))
-               + " in the cluster; every control plane goes alone before the workers")
-        return False
+        return fall_back(None, ", ".join(f"{h} {why}" for h, why in sorted(down.items()))
+                         + " in the cluster")
+    want = next(iter(r.kubernetes.values()), None)  # None in the lab: nothing to ask
     for h in first:
         if stop.is_set():
             return False
-        want = r.kubernetes.get(h)
         try:
+            # kubeadm restarts this node's etcd: as if it went down now (an operator's
+            # cordon leaves etcd serving; NotReady may not), as the batches count it
+            etcd_down = {c for c, why in r.kube.unavailable().items()
+                         if c in cps and c != h and why is not Down.CORDONED}
+            if not r.scheduler.cp_allowed(etcd_down):
+                return fall_back(h, f"{', '.join(sorted(etcd_down))} down (etcd quorum)")
             if want is not None and r.kube.apiserver_version(h) == want:
                 continue  # an earlier run moved it
             j.note(h, "upgrade", "note", "kubeadm upgrade in place, before any drain "
@@ -187,15 +197,25 @@ def control_planes_first(r: Rolling, fresh: Sequence[str], stop: threading.Event
         except ProvisionerError as exc:
             why = str(exc)
         if why is not None:
-            j.note(h, "upgrade", "note", f"control planes first, in place, did not complete "
-                   f"({why}): every control plane now goes alone before the workers")
-            return False
-        j.note(h, "upgrade", "note", "kubeadm upgrade done in place (its API server is on "
-               "the bundle"
-               + (f", {want})" if want else "; not checked: no API server to ask)")
+            return fall_back(h, why)
+        j.note(h, "upgrade", "note", "kubeadm upgrade done in place"
+               + (f" (its API server reports {want})" if want else "")
                + "; its kubelet moves in its own round")
-    j.note(None, "upgrade", "note", "every API server is on the bundle's Kubernetes: the "
-           "workers go alongside the control planes' rounds")
+    if want is None:
+        j.note(None, "upgrade", "note", "every control plane's kubeadm upgrade ran in place "
+               "(API server versions not checked: nothing here runs kubeadm); the workers go "
+               "alongside the control planes' rounds")
+        return True
+    try:  # the control planes not selected too: a patch move is not refused by the plan
+        behind = {c: r.kube.apiserver_version(c) for c in sorted(cps)}
+    except ProvisionerError as exc:
+        return fall_back(None, str(exc))
+    behind = {c: v for c, v in behind.items() if v != want}
+    if behind:
+        return fall_back(None, "API server(s) not on " + want + ": " + ", ".join(
+            f"{c} ({v or 'no version'})" for c, v in behind.items()))
+    j.note(None, "upgrade", "note", f"every API server reports {want}: the workers go "
+           "alongside the control planes' rounds")
     return True
 
 
@@ -220,7 +240,10 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
                "by an earlier run: " + ", ".join(resumed))
         run_batch(r, resumed, stop)
     fresh = [h for h in todo if h not in set(resumed)]
-    if not stop.is_set() and control_planes_first(r, fresh, stop):
+    failed_early = sum(1 for h in resumed if j.phase(h) is Phase.FAILED)
+    # only when the run goes on: kubeadm cannot take the cluster back
+    if failed_early < r.max_failures and not stop.is_set() \
+            and control_planes_first(r, fresh, stop):
         r = dataclasses.replace(r, scheduler=dataclasses.replace(r.scheduler,
                                                                  workers_wait=False))
     workers_total = sum(1 for h in fresh if h not in r.scheduler.control_planes)
@@ -265,7 +288,6 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
                        f"this upgrade): {', '.join(left_alone)}")
         return batch
 
-    failed_early = sum(1 for h in resumed if j.phase(h) is Phase.FAILED)
     stopped: str | None = None
     if failed_early >= r.max_failures and fresh:
         stopped = (f"failure budget spent: {failed_early} failed, {r.max_failures} allowed")

@@ -434,17 +434,16 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
                kubernetes_running_version={"stdout": "v1.32.4"},
                kubernetes_apiserver_manifest=manifest, kubernetes_cluster_config=before)
     # a control plane whose API server moved in place (upgrade apply's control planes
-    # first), back for its full round with the old kubelet: it moves (the kubelet), but
-    # kubeadm has nothing left to do on it
+    # first), back for its full round with the old kubelet: it moves (the kubelet), and
+    # `kubeadm upgrade node` runs again (it finishes what an interrupted run left), never
+    # `upgrade apply`
     new_manifest = {"content": base64.b64encode(
         b"    image: registry.k8s.io/kube-apiserver:v1.32.4\n").decode()}
-    assert ask("kubernetes_moves", kubernetes_is_control_plane=True,
-               kubernetes_running_version=old, kubernetes_apiserver_manifest=new_manifest,
-               kubernetes_cluster_config=moved)
-    for when in (apply_when, node_when):
-        assert not ask(when, kubernetes_is_control_plane=True, kubernetes_running_version=old,
-                       kubernetes_apiserver_manifest=new_manifest,
-                       kubernetes_cluster_config=moved)
+    in_place = dict(kubernetes_is_control_plane=True, kubernetes_running_version=old,
+                    kubernetes_apiserver_manifest=new_manifest,
+                    kubernetes_cluster_config=moved)
+    assert ask("kubernetes_moves", **in_place) and ask("kubernetes_apiserver_moved", **in_place)
+    assert ask(node_when, **in_place) and not ask(apply_when, **in_place)
     # the guard: a worker before the cluster moved, or two control planes applying at once
     guard = by["Move one control plane first, and the workers after it"][
         "ansible.builtin.assert"]["that"]

@@ -20,6 +20,7 @@ import pytest
 
 from provisioner.errors import KubeError, PlaybookError, StateError
 from provisioner.inventory import load
+from provisioner.inventory.bundle_models import load_bundle
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import servers
 from provisioner.kube import CORDONED_BY
@@ -29,6 +30,7 @@ from provisioner.lifecycle import Phase
 from provisioner.profile import Profile, for_site
 from provisioner.state import StateStore
 from provisioner.upgrade import apply as apply_mod
+from provisioner.upgrade.drift import UPGRADED
 from provisioner.upgrade.host import Outcome
 from tests.conftest import EXAMPLE, moved_to
 
@@ -104,7 +106,7 @@ def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
             rec.installed
         assert rec.installed[0] != ["cp01"]  # a worker went beside the first control plane
         notes = [e.detail.get("note", "") for e in store.events() if e.kind == "note"]
-        assert any("every API server is on the bundle's Kubernetes" in n for n in notes)
+        assert any("every API server reports v1.32.4" in n for n in notes), notes
         assert sorted(rec.rebooted) == ["dgx01", "dgx02"]  # the driver changed on GPU nodes
         nodes = srv.load()["nodes"]
         assert nodes["dgx02"]["unschedulable"] is True
@@ -401,7 +403,27 @@ def test_control_planes_first_falls_back_when_an_api_server_did_not_move(
         notes = [str(e.detail.get("note", "")) for e in store.events("cp02")
                  if e.kind == "note"]
         assert any("its API server reports v1.31.4, not v1.32.4" in n
-                   and "every control plane now goes alone" in n for n in notes), notes
+                   and "every control plane goes alone" in n for n in notes), notes
+
+
+def test_no_control_plane_moves_in_place_below_etcd_quorum(tmp_path: Path) -> None:
+    """cp03 finished earlier (on the bundle, not selected again) and is now NotReady: its
+    etcd member may be down, so kubeadm restarting cp01's would leave one of three. Nothing
+    moves in place, and no control plane goes down at all."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    target = apply_mod.effective(loaded, load_bundle(loaded.base_dir, "2026.11").bundle)
+    store.record("cp03", UPGRADED, {"bundle": target.name, "versions": target.components()})
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        srv.edit(lambda w: move_versions(w, ["cp03"], "v1.32.4"))
+        _set_node(srv, "cp03", ready=False)
+        rec = Recorder(srv)
+        res = apply_mod.apply(loaded, "2026.11", kube, {}, _opts(3, 3, 1), profile=profile,
+                              installer=rec)
+        assert res.plan.control_planes_first == ["cp01", "cp02"]  # what the plan expected
+        assert rec.first == [] and rec.installed == [], (rec.first, rec.installed)
+        notes = [str(e.detail.get("note", "")) for e in store.events() if e.kind == "note"]
+        assert any("cp03 down (etcd quorum)" in n for n in notes), notes
+        assert "etcd quorum" in (res.rolling.stopped or ""), res.rolling.stopped
 
 
 def test_our_own_cordon_left_unrecorded_is_not_taken_for_an_operators(
