@@ -123,7 +123,20 @@ def plan(loaded: LoadedSite, bundle_name: str, opts: PlanOptions | None = None,
     store = StateStore(profile.state_path) if profile.state_path.exists() else None
     names = [p.hostname for p in servers(loaded)]
     current = recorded_versions(store, names, from_software(loaded.site.software).components())
-    return make_plan(loaded, hosts, target, current, opts, cps, servers(loaded)), target
+    return make_plan(loaded, hosts, target, current, opts, cps, servers(loaded),
+                     _not_ready(store, {p.hostname for p in hosts})), target
+
+
+def _not_ready(store: StateStore | None, selected: Collection[str]) -> set[str]:
+    """The servers `apply` will find down before its first batch: part-way, failed where
+    a re-run does not retry from ready, or not brought up (the plan's control planes first
+    needs none of them a control plane)."""
+    out: set[str] = set()
+    for n in store.nodes() if store is not None else ():
+        retried = n.phase is Phase.FAILED and n.hostname in selected
+        if (n.failed_phase if retried else n.phase) is not Phase.READY:
+            out.add(n.hostname)
+    return out
 
 
 def _refuse(p: UpgradePlan) -> None:

@@ -15,7 +15,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -310,11 +310,13 @@ def _kube_rules(target: str, current: Mapping[str, Versions], cps: Sequence[str]
 def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
               current: Mapping[str, Versions], opts: PlanOptions,
               all_control_planes: Sequence[str] = (),
-              site_hosts: Sequence[HostPlan] = ()) -> UpgradePlan:
+              site_hosts: Sequence[HostPlan] = (),
+              not_ready: Collection[str] = ()) -> UpgradePlan:
     """The plan for moving `hosts` (the selected servers) to `target`. `current` holds what
     each node runs now (state's last bundle, or the site's pins); `all_control_planes` are
     every control plane of the site, selected or not (the API server's version);
-    `site_hosts` every server, whose domains and roles the batches count (as `apply`)."""
+    `site_hosts` every server, whose domains and roles the batches count (as `apply`);
+    `not_ready` the servers the state store holds part-way or failed (apply.plan)."""
     new = target.components()
     refusals = _site_rules(loaded, target, any(h.block.nvswitch for h in hosts))
     cps = list(all_control_planes) or [h.hostname for h in hosts if h.control_plane]
@@ -366,7 +368,7 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
     workers_wait = kube_change is not None
     sched = scheduler(loaded, site_hosts or hosts, opts, workers_wait)
     todo = [n.hostname for n in nodes if n.changes]
-    first = sched.control_planes_first(todo)
+    first = sched.control_planes_first(todo, not_ready)
     order = ("workers go alongside the control planes (still one at a time, within each "
              "domain's limit): the bundle changes no Kubernetes version"
              if kube_change is None else

@@ -426,6 +426,20 @@ def test_no_control_plane_moves_in_place_below_etcd_quorum(tmp_path: Path) -> No
         assert "etcd quorum" in (res.rolling.stopped or ""), res.rolling.stopped
 
 
+def test_plan_expects_control_planes_first_only_as_apply_will_find_the_site(
+        tmp_path: Path) -> None:
+    """The plan reads the state store as apply will: a control plane a killed run left
+    cordoned is resumed first and may serve the old version, so the workers wait."""
+    loaded, profile, _hosts, store = _ready_site(tmp_path)
+    opts = _opts(3, 3, 1).plan
+    before, _ = apply_mod.plan(loaded, "2026.11", opts, profile=profile)
+    assert before.control_planes_first == list(CPS)
+    store.transition("cp02", Phase.CORDONED)
+    after, _ = apply_mod.plan(loaded, "2026.11", opts, profile=profile)
+    assert after.control_planes_first == [] and "workers wait" in after.order
+    assert after.planned_s > before.planned_s
+
+
 def test_our_own_cordon_left_unrecorded_is_not_taken_for_an_operators(
         tmp_path: Path) -> None:
     """A run killed between its cordon and the record of it leaves stor01 cordoned, with the
