@@ -123,20 +123,31 @@ def plan(loaded: LoadedSite, bundle_name: str, opts: PlanOptions | None = None,
     store = StateStore(profile.state_path) if profile.state_path.exists() else None
     names = [p.hostname for p in servers(loaded)]
     current = recorded_versions(store, names, from_software(loaded.site.software).components())
+    down, resumed = _as_apply_finds(store, names, {p.hostname for p in hosts})
     return make_plan(loaded, hosts, target, current, opts, cps, servers(loaded),
-                     _not_ready(store, {p.hostname for p in hosts})), target
+                     down, resumed), target
 
 
-def _not_ready(store: StateStore | None, selected: Collection[str]) -> set[str]:
-    """The servers `apply` will find down before its first batch: part-way, failed where
-    a re-run does not retry from ready, or not brought up (the plan's control planes first
-    needs none of them a control plane)."""
-    out: set[str] = set()
-    for n in store.nodes() if store is not None else ():
-        retried = n.phase is Phase.FAILED and n.hostname in selected
-        if (n.failed_phase if retried else n.phase) is not Phase.READY:
-            out.add(n.hostname)
-    return out
+def _as_apply_finds(store: StateStore | None, names: Sequence[str], selected: Collection[str]
+                    ) -> tuple[set[str], set[str]]:
+    """How `apply` will find the servers before its first batch, as far as the plan needs
+    it (control planes first): (down: not ready and not resumed by this run, or not in
+    the store; resumed: selected and part-way, or failed part-way, taken first and assumed
+    to pass). No store: nothing was brought up, nothing is known; none."""
+    if store is None:
+        return set(), set()
+    nodes = {n.hostname: n for n in store.nodes()}
+    flight = in_flight(store, [h for h in selected if h in nodes])
+    down, resumed = {h for h in names if h not in nodes}, set()
+    for h, n in nodes.items():
+        where = n.failed_phase if n.phase is Phase.FAILED else n.phase
+        if h in selected and where in MID_OR_READY and not (where in AFTER_ROLES
+                                                            and flight[h] is None):
+            if where is not Phase.READY:
+                resumed.add(h)
+        elif n.phase is not Phase.READY:
+            down.add(h)
+    return down, resumed
 
 
 def _refuse(p: UpgradePlan) -> None:

@@ -311,12 +311,12 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
               current: Mapping[str, Versions], opts: PlanOptions,
               all_control_planes: Sequence[str] = (),
               site_hosts: Sequence[HostPlan] = (),
-              not_ready: Collection[str] = ()) -> UpgradePlan:
+              down: Collection[str] = (), resumed: Collection[str] = ()) -> UpgradePlan:
     """The plan for moving `hosts` (the selected servers) to `target`. `current` holds what
     each node runs now (state's last bundle, or the site's pins); `all_control_planes` are
     every control plane of the site, selected or not (the API server's version);
     `site_hosts` every server, whose domains and roles the batches count (as `apply`);
-    `not_ready` the servers the state store holds part-way or failed (apply.plan)."""
+    `down` and `resumed`: how apply will find the servers (apply._as_apply_finds)."""
     new = target.components()
     refusals = _site_rules(loaded, target, any(h.block.nvswitch for h in hosts))
     cps = list(all_control_planes) or [h.hostname for h in hosts if h.control_plane]
@@ -368,7 +368,8 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
     workers_wait = kube_change is not None
     sched = scheduler(loaded, site_hosts or hosts, opts, workers_wait)
     todo = [n.hostname for n in nodes if n.changes]
-    first = sched.control_planes_first(todo, not_ready)
+    # apply resumes part-way nodes first (assumed here to pass), then decides
+    first = sched.control_planes_first([h for h in todo if h not in resumed], down)
     order = ("workers go alongside the control planes (still one at a time, within each "
              "domain's limit): the bundle changes no Kubernetes version"
              if kube_change is None else

@@ -180,13 +180,14 @@ def control_planes_first(r: Rolling, fresh: Sequence[str], stop: threading.Event
     for h in first:
         if stop.is_set():
             return False
+        # kubeadm restarts this node's etcd: as if it went down now (an operator's cordon
+        # leaves etcd serving; NotReady may not), as the batches count it. The API not
+        # answering here ends the run (exit 13), as between batches.
+        etcd_down = {c for c, why in r.kube.unavailable().items()
+                     if c in cps and c != h and why is not Down.CORDONED}
+        if not r.scheduler.cp_allowed(etcd_down):
+            return fall_back(h, f"{', '.join(sorted(etcd_down))} down (etcd quorum)")
         try:
-            # kubeadm restarts this node's etcd: as if it went down now (an operator's
-            # cordon leaves etcd serving; NotReady may not), as the batches count it
-            etcd_down = {c for c, why in r.kube.unavailable().items()
-                         if c in cps and c != h and why is not Down.CORDONED}
-            if not r.scheduler.cp_allowed(etcd_down):
-                return fall_back(h, f"{', '.join(sorted(etcd_down))} down (etcd quorum)")
             if want is not None and r.kube.apiserver_version(h) == want:
                 continue  # an earlier run moved it
             j.note(h, "upgrade", "note", "kubeadm upgrade in place, before any drain "
@@ -198,25 +199,38 @@ def control_planes_first(r: Rolling, fresh: Sequence[str], stop: threading.Event
             why = str(exc)
         if why is not None:
             return fall_back(h, why)
-        j.note(h, "upgrade", "note", "kubeadm upgrade done in place"
-               + (f" (its API server reports {want})" if want else "")
-               + "; its kubelet moves in its own round")
+        j.note(h, "upgrade", "note", (f"kubeadm upgrade done in place (its API server "
+                                      f"reports {want})" if want else
+                                      "the in-place tasks passed (not checked: no API "
+                                      "server here)") + "; its kubelet moves in its own round")
     if want is None:
-        j.note(None, "upgrade", "note", "every control plane's kubeadm upgrade ran in place "
-               "(API server versions not checked: nothing here runs kubeadm); the workers go "
-               "alongside the control planes' rounds")
+        j.note(None, "upgrade", "note", "control planes first, in place: every control "
+               "plane's tasks passed (API server versions not checked: no API server "
+               "here); the workers go alongside the control planes' rounds")
         return True
-    try:  # the control planes not selected too: a patch move is not refused by the plan
-        behind = {c: r.kube.apiserver_version(c) for c in sorted(cps)}
+    # The others (done earlier, resumed, or left out by --limit) serve the bundle's minor
+    # at least: the plan's rule (a kubelet is never a minor ahead of an API server).
+    try:
+        others = {c: r.kube.apiserver_version(c) for c in sorted(cps - set(first))}
     except ProvisionerError as exc:
         return fall_back(None, str(exc))
-    behind = {c: v for c, v in behind.items() if v != want}
+    behind = {c: v for c, v in others.items()
+              if (_minor(v) or (0, 0)) < (_minor(want) or (0, 0))}
     if behind:
-        return fall_back(None, "API server(s) not on " + want + ": " + ", ".join(
+        return fall_back(None, f"API server(s) behind {want}: " + ", ".join(
             f"{c} ({v or 'no version'})" for c, v in behind.items()))
-    j.note(None, "upgrade", "note", f"every API server reports {want}: the workers go "
-           "alongside the control planes' rounds")
+    j.note(None, "upgrade", "note", f"the API servers are on {want} (any left out of this "
+           "run on its minor): the workers go alongside the control planes' rounds")
     return True
+
+
+def _minor(version: str | None) -> tuple[int, int] | None:
+    """(1, 32) from "v1.32.4"; None when it does not read as one."""
+    parts = (version or "").lstrip("v").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
 
 
 def _apiserver_until(r: Rolling, host: str, want: str) -> str | None:

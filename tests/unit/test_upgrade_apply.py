@@ -106,7 +106,7 @@ def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
             rec.installed
         assert rec.installed[0] != ["cp01"]  # a worker went beside the first control plane
         notes = [e.detail.get("note", "") for e in store.events() if e.kind == "note"]
-        assert any("every API server reports v1.32.4" in n for n in notes), notes
+        assert any("the API servers are on v1.32.4" in n for n in notes), notes
         assert sorted(rec.rebooted) == ["dgx01", "dgx02"]  # the driver changed on GPU nodes
         nodes = srv.load()["nodes"]
         assert nodes["dgx02"]["unschedulable"] is True
@@ -426,18 +426,55 @@ def test_no_control_plane_moves_in_place_below_etcd_quorum(tmp_path: Path) -> No
         assert "etcd quorum" in (res.rolling.stopped or ""), res.rolling.stopped
 
 
-def test_plan_expects_control_planes_first_only_as_apply_will_find_the_site(
-        tmp_path: Path) -> None:
-    """The plan reads the state store as apply will: a control plane a killed run left
-    cordoned is resumed first and may serve the old version, so the workers wait."""
-    loaded, profile, _hosts, store = _ready_site(tmp_path)
-    opts = _opts(3, 3, 1).plan
-    before, _ = apply_mod.plan(loaded, "2026.11", opts, profile=profile)
+def test_plan_expects_control_planes_first_as_apply_does_it(tmp_path: Path) -> None:
+    """The plan reads the state store as apply will. cp02, left cordoned by a killed run,
+    is resumed first (and assumed to pass): the other two move in place, in both. A control
+    plane `up` has not finished may serve anything: the workers wait, in both."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    opts = _opts(3, 3, 1)
+    before, _ = apply_mod.plan(loaded, "2026.11", opts.plan, profile=profile)
     assert before.control_planes_first == list(CPS)
     store.transition("cp02", Phase.CORDONED)
-    after, _ = apply_mod.plan(loaded, "2026.11", opts, profile=profile)
-    assert after.control_planes_first == [] and "workers wait" in after.order
-    assert after.planned_s > before.planned_s
+    planned, _ = apply_mod.plan(loaded, "2026.11", opts.plan, profile=profile)
+    assert planned.control_planes_first == ["cp01", "cp03"]
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        rec = Recorder(srv)
+        res = apply_mod.apply(loaded, "2026.11", kube, {}, opts, profile=profile,
+                              installer=rec)
+        assert res.ok and rec.installed[0] == ["cp02"]  # resumed first
+        assert rec.first == planned.control_planes_first
+
+    site = tmp_path / "configured"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    loaded = load(site)
+    profile = for_site(loaded, lab=False)
+    store = StateStore(profile.state_path)
+    moved_to(store, [h for h in hosts if h != "cp03"], Phase.READY)
+    moved_to(store, ["cp03"], Phase.CONFIGURED)  # as `up` leaves it before its verify
+    waits, _ = apply_mod.plan(loaded, "2026.11", opts.plan, profile=profile)
+    assert waits.control_planes_first == [] and "workers wait" in waits.order
+    assert waits.planned_s > before.planned_s
+
+
+def test_a_patch_move_goes_beside_a_control_plane_left_out(tmp_path: Path) -> None:
+    """A Kubernetes patch (1.31.4 -> 1.31.5) with cp03 left out by --limit: the plan allows
+    it (the skew rule is per minor), cp01 and cp02 move in place, and cp03 serving 1.31.4
+    holds nothing: the workers go beside the control planes' rounds."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    text = (loaded.base_dir / "bundles/2026.10.yaml").read_text()
+    (loaded.base_dir / "bundles/patch.yaml").write_text(
+        text.replace('name: "2026.10"', 'name: "patch"')
+        .replace('kubernetes: "1.31.4"', 'kubernetes: "1.31.5"'))
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        srv.edit(lambda w: move_versions(w, hosts, "v1.31.4"))
+        rec = Recorder(srv, kubelet="v1.31.5")
+        res = apply_mod.apply(loaded, "patch", kube, {}, _opts(3, 3, 1, limit="!cp03"),
+                              profile=profile, installer=rec)
+        assert res.ok, [(n.hostname, n.reason) for n in res.failed]
+        assert rec.first == ["cp01", "cp02"]
+        assert rec.installed[0] != ["cp01"], rec.installed  # workers beside it
+        notes = [str(e.detail.get("note", "")) for e in store.events() if e.kind == "note"]
+        assert any("the API servers are on v1.31.5" in n for n in notes), notes
 
 
 def test_our_own_cordon_left_unrecorded_is_not_taken_for_an_operators(
