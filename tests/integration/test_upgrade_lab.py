@@ -6,7 +6,10 @@ others finish, the exit code says so; once it is fixed a re-run completes it.
 
 To keep CI time down, the control planes are recorded as already on the bundle (as a run
 that stopped after them leaves them; control planes first is shown by the unit test of
-apply and the simulation): the run here upgrades the three workers in one batch.
+apply and the simulation): the run here upgrades the three workers in one batch. The
+in-place step of a control plane (`site.yml --tags kubernetes_control_plane_first`) runs
+for real on cp01 apart from the run: apt moves its kubeadm, and nothing outside the tag
+runs.
 
 dgx01 is first installed for real at the site's pins (release 2026.10: driver 570.124.06,
 DCGM 4.5.1, Kubernetes 1.31.4) from the lab's signed mirror, so the upgrade shows apt moving
@@ -21,12 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from provisioner.inventory import load
 from provisioner.inventory.bundle_models import load_bundle
 from provisioner.kube.standin import StandInApiServer, world
 from provisioner.profile import for_site
 from provisioner.state import StateStore
+from provisioner.upgrade.host import AnsibleInstaller
+from provisioner.upgrade.plan import effective, site_at
 from tests.conftest import EXAMPLE, requires_ssh_hosts
 from tests.integration.conftest import (
     control_planes_upgraded,
@@ -60,7 +66,8 @@ def upgrade_lab(tmp_path_factory: Any) -> Iterator[tuple[Path, StandInApiServer,
         srv.start()
         dgx01 = Path(next(h.upper for h in state.ssh_hosts if h.name == "dgx01"))
         # dgx01 as `up` left it: the roles at the site's own pins (test_up shows the rest)
-        provision("run", str(site), "--lab", "--limit", "dgx01", timeout=1800, check=True)
+        provision("run", str(site), "--lab", "--limit", "dgx01,cp01", timeout=1800,
+                  check=True)
         before = installed(dgx01)
         assert before["nvidia-driver-570-open"].startswith("570.124.06-"), before
         assert reboots(dgx01) == 1  # the role's handler rebooted it for the new driver
@@ -146,3 +153,34 @@ def test_upgrade_apply_one_node_fails_its_gate_then_a_rerun_completes(upgrade_la
     again = json.loads(provision("upgrade", "plan", str(site), "--to", "2026.11", "--json",
                                  check=True).stdout)
     assert again["changes"] == [c for c in again["changes"] if not c["nodes"]]
+
+
+def test_a_control_plane_moves_in_place_with_its_tagged_tasks_only(upgrade_lab):
+    """What `upgrade apply` runs on each control plane before any drain when Kubernetes
+    moves, for real on cp01 (brought up at the site's pins by the fixture): the rendered
+    project at 2026.11, limited to the tag. kubeadm's own upgrade is needs_cluster (no
+    cluster here); cp01 never joined one, so apt takes kubelet and kubectl with kubeadm, as
+    for a new node (a member takes kubeadm alone: test_kubernetes_payload)."""
+    site, _srv, dgx01 = upgrade_lab
+    cp01 = dgx01.parent.parent / "cp01" / "upper"
+    assert installed(cp01)["kubeadm"].startswith("1.31.4-")
+    loaded = load(site)
+    target = effective(loaded, load_bundle(site, "2026.11").bundle)
+    inst = AnsibleInstaller(site_at(loaded, target), for_site(loaded, lab=True), {},
+                            target.name, forks=5)
+    assert inst.control_plane_first("cp01") is None
+    assert installed(cp01)["kubeadm"].startswith("1.32.4-")  # apt, from the signed mirror
+    artifacts = inst.project() / "artifacts"
+    last = max(artifacts.iterdir(), key=lambda d: d.stat().st_mtime)
+    ran = {json.loads(f.read_text()).get("event_data", {}).get("task", "")
+           for f in (last / "job_events").glob("*.json")} - {""}
+    moved = {"Add the Kubernetes package repository for the pinned minor version",
+             "Install kubeadm (with kubelet and kubectl on a new node) at the pinned version"}
+    # besides: facts, the validation play (which runs under any tag), the member check
+    project = inst.project() / "project"
+    checks = {t["name"] for f in [project / "validate.yml"] for play in yaml.safe_load(
+        f.read_text()) for t in play.get("tasks", [])}
+    checks |= {t["name"] for f in (project / "roles").glob("*/tasks/validate.yml")
+               for t in yaml.safe_load(f.read_text()) or []}
+    extra = {"Gathering Facts", "Check whether this node is already a cluster member"}
+    assert moved <= ran and ran - moved <= checks | extra, sorted(ran - moved - checks)
