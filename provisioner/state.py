@@ -13,6 +13,7 @@ or deleted later can be put back from there (`provision status` names the newest
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -67,9 +68,10 @@ class StateStore:
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
             self._open_once()
             for suffix in ("-wal", "-shm"):
-                side = Path(str(path) + suffix)
-                if side.exists():
-                    side.chmod(0o600)
+                # another process's last connection may delete it meanwhile (SQLite removes
+                # the WAL on a clean close): gone is fine
+                with contextlib.suppress(FileNotFoundError):
+                    Path(str(path) + suffix).chmod(0o600)
         except sqlite3.Error as exc:
             raise StateError(f"state store {path}: {exc}",
                              hint="check the file; restore it from a backup if damaged") from None

@@ -20,6 +20,17 @@ VSCALER = ROOT / "inventories" / "vscaler-dgx"
 ON_CI = os.environ.get("CI") == "true"
 
 
+@pytest.fixture(autouse=True)
+def _blocking_stdin() -> None:
+    """Ansible refuses to start on a non-blocking stdin ("Ansible requires blocking IO on
+    stdin/stdout/stderr"). The suite's children share one stdin (pytest's /dev/null while
+    it captures), and a child killed mid-run, an OpenSSH client say, can leave that file
+    description non-blocking for every later test: made blocking again before each test.
+    CI saw molecule and ansible-playbook fail so once."""
+    if not os.isatty(0):
+        os.set_blocking(0, True)
+
+
 def requires_peer(available: object, reason: str) -> pytest.MarkDecorator:
     """A test that needs a peer (a program, root): skipped locally when the peer is missing,
     failed on CI (CI=true), so that a green CI means the peer tests ran."""

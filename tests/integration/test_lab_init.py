@@ -23,7 +23,7 @@ pytestmark = requires_root
 
 def on_host(host: hosts.SshHost, key: Path, command: str) -> str:
     return subprocess.run(
-        ["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+        ["ssh", "-n", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
          "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
          f"root@{host.address}", command],
         capture_output=True, text=True, check=False, timeout=60).stdout.strip()

@@ -36,7 +36,7 @@ def upper(state, host: str) -> Path:
 def on_dgx02(command: str, state) -> None:
     key = Path(state.ssh_hosts[0].upper).parents[1] / "id_ed25519"
     address = next(h.address for h in state.ssh_hosts if h.name == "dgx02")
-    subprocess.run(["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o",
+    subprocess.run(["ssh", "-n", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o",
                     "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
                     f"root@{address}", command], check=True, timeout=60)
 

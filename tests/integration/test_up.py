@@ -216,7 +216,7 @@ def test_faults_fail_one_node_each_and_the_rest_reach_ready(site_lab, tmp_path):
     stor = next(h for h in lab_state.ssh_hosts if h.name == "stor01")
     dgx02 = next(h for h in lab_state.ssh_hosts if h.name == "dgx02")
     key = Path(dgx02.upper).parents[1] / "id_ed25519"
-    ssh = ["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o",
+    ssh = ["ssh", "-n", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o",
            "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"root@{dgx02.address}"]
     subprocess.run(["ip", "link", "set", stor.veth, "down"], check=True)
     subprocess.run([*ssh, "mv /usr/bin/python3.11 /usr/bin/python3.11.off"], check=True,
