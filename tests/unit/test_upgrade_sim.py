@@ -14,7 +14,7 @@ failures at random steps, slow drains, PDBs that never release. Invariants:
   stopped for the budget, for --max-unavailable or quorum, or because workers wait for a
   failed control plane, and said which.
 
-max_examples is 1,000 per run (about 20 s on the 2-core machine; each scenario starts from
+max_examples is 2,000 per run (about 40 s on the 2-core machine; each scenario starts from
 a copy of one ready store); hypothesis draws new scenarios on every run.
 """
 
@@ -227,7 +227,7 @@ def ready_copy(path: Path) -> StateStore:
     return StateStore(path)
 
 
-@settings(max_examples=1000, deadline=None,
+@settings(max_examples=2000, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(scenarios())
 def test_rolling_upgrade_invariants(sc: dict[str, Any]) -> None:
