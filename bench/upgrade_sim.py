@@ -23,7 +23,6 @@ same rounds: no kubelet is ever newer than an API server). It prints:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import time
 from collections import Counter
@@ -55,10 +54,7 @@ def run(name: str, nodes: int, racks: list[int], max_unavailable: int | str,
     d = Durations()
     node_s = {h: d.node_s(reboot=h not in cps) for h in domains}  # driver change on GPUs
     t0 = time.perf_counter()
-    first = sched.control_planes_first(list(domains))  # as make_plan and apply lay it out
-    if first:
-        sched = dataclasses.replace(sched, workers_wait=False)
-    layout = sched.layout(list(domains))
+    first, layout = sched.layout_in_place(list(domains))  # as make_plan lays it out
     took_s = time.perf_counter() - t0
     assert sum(len(b) for b in layout) == nodes, "every node is scheduled"
     assert all(sum(h in cps for h in b) <= 1 for b in layout), "one control plane at a time"

@@ -264,7 +264,8 @@ def _site_rules(loaded: LoadedSite, bundle: Bundle, nvswitch: bool) -> list[Refu
     return out
 
 
-def _minor(version: str | None) -> tuple[int, int] | None:
+def minor_of(version: str | None) -> tuple[int, int] | None:
+    """(1, 32) from "1.32.4" or "v1.32.4"; None when it names no minor."""
     k = _key(version)
     return (k[0], k[1]) if len(k) >= 2 else None
 
@@ -272,8 +273,8 @@ def _minor(version: str | None) -> tuple[int, int] | None:
 def _kube_rules(target: str, current: Mapping[str, Versions], cps: Sequence[str],
                 selected: Sequence[str]) -> list[Refusal]:
     out: list[Refusal] = []
-    new = _minor(target)
-    apis = [_minor(current[h].get("kubernetes")) for h in cps if h in current]
+    new = minor_of(target)
+    apis = [minor_of(current[h].get("kubernetes")) for h in cps if h in current]
     api = min((a for a in apis if a), default=None)
     if new is None or api is None:
         return out
@@ -285,7 +286,7 @@ def _kube_rules(target: str, current: Mapping[str, Versions], cps: Sequence[str]
                            f"Kubernetes {target} skips a minor version: the API server is "
                            f"{api[0]}.{api[1]} and may move one minor at a time",
                            f"upgrade to {api[0]}.{api[1] + 1} first (a bundle per minor)"))
-    olds = {h: _minor(v.get("kubernetes")) for h, v in current.items()}
+    olds = {h: minor_of(v.get("kubernetes")) for h, v in current.items()}
     if any(o is not None and o > new for o in olds.values()) \
             or any(_key(v.get("kubernetes")) > _key(target) for v in current.values()):
         out.append(Refusal("kubernetes-downgrade", f"Kubernetes {target} is older than what "
@@ -368,8 +369,7 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
     workers_wait = kube_change is not None
     sched = scheduler(loaded, site_hosts or hosts, opts, workers_wait)
     todo = [n.hostname for n in nodes if n.changes]
-    # apply resumes part-way nodes first (assumed here to pass), then decides
-    first = sched.control_planes_first([h for h in todo if h not in resumed], down)
+    first, layout = sched.layout_in_place(todo, down, resumed)
     order = ("workers go alongside the control planes (still one at a time, within each "
              "domain's limit): the bundle changes no Kubernetes version"
              if kube_change is None else
@@ -379,12 +379,9 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
                 f"drain ({', '.join(first)}); then workers go alongside the control planes' "
                 "rounds (if one fails in place, every control plane goes alone first)"
                 if first else "workers wait for every control plane"))
-    if first:  # the run lifts the wait once every API server is moved (upgrade.rolling)
-        sched = dataclasses.replace(sched, workers_wait=False)
     if 0 < len(cps) < 3 and any(n.control_plane for n in nodes if n.changes):
         warnings.append(f"{len(cps)} control plane(s): the API server is unavailable while "
                         "one upgrades (three or more keep quorum)")
-    layout = sched.layout(todo)
     return UpgradePlan(site=loaded.site.site.name, bundle=target.name, refusals=refusals,
                        warnings=warnings, changes=changes, nodes=nodes, batches=layout,
                        planned_s=len(first) * opts.durations.kubeadm_s

@@ -32,6 +32,7 @@ from provisioner.errors import ProvisionerError
 from provisioner.kube import Down, KubeClient
 from provisioner.lifecycle import UPGRADE_PATH, Phase
 from provisioner.upgrade.host import Installer
+from provisioner.upgrade.plan import minor_of
 from provisioner.upgrade.schedule import Scheduler
 from provisioner.upgrade.steps import Clock, Cordon, Drain, DrainBegin, Uncordon, cluster_gate
 from provisioner.workflows import engine
@@ -215,22 +216,13 @@ def control_planes_first(r: Rolling, fresh: Sequence[str], stop: threading.Event
     except ProvisionerError as exc:
         return fall_back(None, str(exc))
     behind = {c: v for c, v in others.items()
-              if (_minor(v) or (0, 0)) < (_minor(want) or (0, 0))}
+              if (minor_of(v) or (0, 0)) < (minor_of(want) or (0, 0))}
     if behind:
         return fall_back(None, f"API server(s) behind {want}: " + ", ".join(
             f"{c} ({v or 'no version'})" for c, v in behind.items()))
     j.note(None, "upgrade", "note", f"the API servers are on {want} (any left out of this "
            "run on its minor): the workers go alongside the control planes' rounds")
     return True
-
-
-def _minor(version: str | None) -> tuple[int, int] | None:
-    """(1, 32) from "v1.32.4"; None when it does not read as one."""
-    parts = (version or "").lstrip("v").split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
 
 
 def _apiserver_until(r: Rolling, host: str, want: str) -> str | None:

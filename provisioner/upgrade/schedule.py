@@ -24,6 +24,7 @@ pick each batch, and bench/upgrade_sim.py to measure how close the plan is to th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
@@ -68,6 +69,15 @@ class Scheduler:
                 and not self.control_planes & set(down)):
             return first
         return []
+
+    def layout_in_place(self, todo: Sequence[str], down: Collection[str] = (),
+                        resumed: Collection[str] = ()) -> tuple[list[str], list[list[str]]]:
+        """The plan's view of a run (plan and the bench): the control planes moved in place
+        first, as apply tries them once the `resumed` nodes are back (assumed to pass), and
+        every batch after, the workers' wait lifted when they moved (upgrade.rolling)."""
+        first = self.control_planes_first([h for h in todo if h not in set(resumed)], down)
+        sched = dataclasses.replace(self, workers_wait=False) if first else self
+        return first, sched.layout(todo)
 
     def domain_limits(self) -> dict[str, int]:
         sizes = Counter(self.domains.values())
