@@ -140,14 +140,24 @@ def _as_apply_finds(store: StateStore | None, names: Sequence[str], selected: Co
     flight = in_flight(store, [h for h in selected if h in nodes])
     down, resumed = {h for h in names if h not in nodes}, set()
     for h, n in nodes.items():
-        where = n.failed_phase if n.phase is Phase.FAILED else n.phase
-        if h in selected and where in MID_OR_READY and not (where in AFTER_ROLES
-                                                            and flight[h] is None):
+        where = _where(n.phase, n.failed_phase)
+        if h in selected and where in MID_OR_READY and not _left_by_up(where, flight[h]):
             if where is not Phase.READY:
                 resumed.add(h)
         elif n.phase is not Phase.READY:
             down.add(h)
     return down, resumed
+
+
+def _where(phase: Phase, failed_phase: Phase | None) -> Phase | None:
+    """Where an upgrade takes a node up: the phase it failed in, or the one it is in."""
+    return failed_phase if phase is Phase.FAILED else phase
+
+
+def _left_by_up(where: Phase | None, flight: str | None) -> bool:
+    """Configured or verified by `provision up`, not by an upgrade (none in flight):
+    apply leaves it alone, to be finished by `up`."""
+    return where in AFTER_ROLES and flight is None
 
 
 def _refuse(p: UpgradePlan) -> None:
@@ -190,8 +200,8 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
         for h in sorted(selected):  # a node a failed upgrade left behind is retried
             out = journal.outcomes[h]
             back_to = out.failed_phase  # read before restart() resets the outcome
-            where = back_to if out.phase is Phase.FAILED else out.phase
-            if where in AFTER_ROLES and flight[h] is None:
+            where = _where(out.phase, back_to)
+            if _left_by_up(where, flight[h]):
                 not_upgrading.add(h)
                 notes.append(f"{h} is {out.phase.value} from `provision up`, not from an "
                              "upgrade: left alone (finish it with `provision up`)")
