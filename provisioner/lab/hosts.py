@@ -112,9 +112,16 @@ def _run(argv: Sequence[str], *, check: bool = True, timeout: float = 120,
 
 def ensure_rootfs(cache: Path | None = None) -> Path:
     """The shared Debian root filesystem, built with debootstrap on first use (a few min)."""
+    return debootstrap_root(f"rootfs-{ROOTFS_SUITE}-v{ROOTFS_VERSION}", ROOTFS_PACKAGES,
+                            cache)
+
+
+def debootstrap_root(name: str, packages: Sequence[str], cache: Path | None = None) -> Path:
+    """A Debian root with `packages` under the cache's `name`, built once (debootstrap) and
+    reused: the namespace hosts' shared root, and the kernel host's (kernel_host.py)."""
     if os.geteuid() != 0:
         raise ConfigError("lab hosts need root (network namespaces, overlayfs, chroot)")
-    base = (cache or default_cache()) / f"rootfs-{ROOTFS_SUITE}-v{ROOTFS_VERSION}"
+    base = (cache or default_cache()) / name
     if (base / ".complete").exists():
         return base
     if shutil.which("debootstrap") is None:
@@ -123,14 +130,14 @@ def ensure_rootfs(cache: Path | None = None) -> Path:
     tmp = base.with_name(base.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    _run(["debootstrap", "--variant=minbase", f"--include={','.join(ROOTFS_PACKAGES)}",
+    _run(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}",
           ROOTFS_SUITE, str(tmp), ROOTFS_MIRROR], timeout=1800)
     # Never start services inside the chroot, and no host keys baked into the image.
     (tmp / "usr/sbin/policy-rc.d").write_text("#!/bin/sh\nexit 101\n")
     (tmp / "usr/sbin/policy-rc.d").chmod(0o755)
     for key in (tmp / "etc/ssh").glob("ssh_host_*"):
         key.unlink()
-    (tmp / ".complete").write_text(ROOTFS_VERSION + "\n")
+    (tmp / ".complete").write_text(name + "\n")
     tmp.rename(base)
     return base
 

@@ -178,7 +178,9 @@ def test_join_uses_the_rendered_configuration_and_no_secret_in_argv():
 
 
 def test_swap_off_now_and_across_reboots():
-    tasks = {t["name"]: t for t in _yaml(ROLE / "tasks/main.yml")}
+    assert {"name": "Swap off, now and at every boot",
+            "ansible.builtin.import_tasks": "swap.yml"} in _yaml(ROLE / "tasks/main.yml")
+    tasks = {t["name"]: t for t in _yaml(ROLE / "tasks/swap.yml")}
     assert tasks["Turn swap off now"]["ansible.builtin.command"] == "swapoff -a"
     rule = tasks["Keep swap off across reboots"]["ansible.builtin.replace"]
     fstab = ("UUID=1 / ext4 defaults 0 1\n/swap.img none swap sw 0 0\n"

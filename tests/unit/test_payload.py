@@ -278,8 +278,11 @@ def test_nvlink5_fabric_manager_gets_ib_umad_loaded_before_it_starts(case):
     assert modules == ("['ib_umad']" if case.startswith("dgx-b200") else "[]")
     names = [t["name"] for t in yaml.safe_load(
         (ROOT / "roles/fabric_manager/tasks/main.yml").read_text())]
-    assert names.index("Load them before fabric manager starts") < names.index(
+    assert names.index("Kernel modules fabric manager needs") < names.index(
         "Start fabric manager (or IMEX) and enable it at boot")
+    modules = yaml.safe_load((ROOT / "roles/fabric_manager/tasks/modules.yml").read_text())
+    assert modules[-1] == {"name": "Load them before fabric manager starts",
+                           "ansible.builtin.meta": "flush_handlers"}
 
 
 @pytest.mark.parametrize(("role", "tasks", "before"), [

@@ -1,0 +1,192 @@
+"""A lab host with a kernel of its own, for the payload's kernel-bound steps.
+
+The namespace hosts (hosts.py) share the real machine's kernel, so the lab skips what would
+change it (tag needs_kernel: module loads, sysctls, swapoff, the initramfs). This host is a
+QEMU guest booted from a Debian root with Debian's kernel (debootstrap, built once and
+cached), on a disk image made afresh for each start: there those steps run for real and
+change nothing outside the guest (tests/integration/test_kernel_host.py).
+
+The guest runs under TCG, QEMU's own CPU emulation: nested KVM on the CI machines (a
+Firecracker VM) starts a guest that never prints a line (measured), so KVM is not used.
+Its network is QEMU's user mode with `restrict=on` (no packet leaves the guest) and one
+forward, loopback port to the guest's sshd. Needs root (an overlay mount), debootstrap,
+e2fsprogs (mke2fs -d), util-linux (mkswap) and qemu-system-x86.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from provisioner import pids
+from provisioner.errors import ConfigError
+from provisioner.lab.hosts import ROOTFS_SUITE, debootstrap_root
+
+# Debian's kernel and what the roles' kernel-bound steps use: kmod (module loads), procps
+# (sysctl), initramfs-tools (update-initramfs), util-linux (swapon/swapoff, in minbase);
+# sshd, Python with apt bindings and chrony as on the namespace hosts.
+KERNEL_ROOT_PACKAGES = ("linux-image-amd64", "initramfs-tools", "kmod", "procps", "udev",
+                        "systemd", "systemd-sysv", "dbus", "openssh-server", "python3",
+                        "python3-apt", "chrony", "iproute2")
+KERNEL_ROOT_VERSION = "1"  # bump when the package list changes: the cache is rebuilt
+DISK_SIZE = "2G"  # the root is about 850 MB
+SWAP_SIZE_MB = 64  # a real swap device, so that the kubelet's swapoff has one to turn off
+MEMORY_MB = 1024
+BOOT_TIMEOUT_S = 300.0  # measured: 27 s to sshd under TCG on a 2-core CI machine
+
+
+@dataclass(frozen=True)
+class KernelHost:
+    name: str
+    pid: int  # QEMU's
+    start_ticks: int
+    port: int  # 127.0.0.1:port reaches the guest's sshd
+    key: Path  # the private key root's authorized_keys holds
+    workdir: Path
+
+    def ssh_argv(self, command: str, *, stdin: bool = False) -> list[str]:
+        """ssh to the guest as root, running `command`; no stdin unless asked (the tests'
+        children share theirs)."""
+        options = ("BatchMode=yes", "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null",
+                   "LogLevel=ERROR", "ConnectTimeout=5")
+        return ["ssh", *([] if stdin else ["-n"]), "-p", str(self.port), "-i", str(self.key),
+                *(arg for o in options for arg in ("-o", o)), "root@127.0.0.1", command]
+
+
+def ensure_kernel_root(cache: Path | None = None) -> Path:
+    """The guest's Debian root with its kernel and initramfs (debootstrap, about 90 s)."""
+    return debootstrap_root(f"kernelroot-{ROOTFS_SUITE}-v{KERNEL_ROOT_VERSION}",
+                            KERNEL_ROOT_PACKAGES, cache)
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on now, for the guest's ssh forward."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _files(upper: Path, name: str, key: Path) -> None:
+    """What this boot adds to the cached root: host key, root's key, name, disks, network."""
+    (upper / "etc/ssh").mkdir(parents=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                    str(upper / "etc/ssh/ssh_host_ed25519_key")], check=True, timeout=30)
+    (upper / "root/.ssh").mkdir(parents=True, mode=0o700)
+    shutil.copy(str(key) + ".pub", upper / "root/.ssh/authorized_keys")
+    (upper / "etc/hostname").write_text(name + "\n")
+    (upper / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n")
+    # no DNS server is reachable (restrict=on): an empty resolver fails lookups at once
+    (upper / "etc/resolv.conf").write_text("# provisioner kernel host: no DNS\n")
+    (upper / "etc/fstab").write_text("/dev/vda / ext4 rw,relatime 0 1\n"
+                                     "/dev/vdb none swap sw 0 0\n")
+    (upper / "etc/systemd/network").mkdir(parents=True)
+    (upper / "etc/systemd/network/10-lab.network").write_text(
+        "[Match]\nName=en*\n\n[Network]\nDHCP=ipv4\n")
+    wants = upper / "etc/systemd/system/multi-user.target.wants"
+    wants.mkdir(parents=True)
+    (wants / "systemd-networkd.service").symlink_to("/lib/systemd/system/"
+                                                     "systemd-networkd.service")
+    # Only the modules this guest's disks need: a full initramfs (MODULES=most) takes
+    # update-initramfs 7.5 min under TCG here, this one 52 s (both measured).
+    (upper / "etc/initramfs-tools/conf.d").mkdir(parents=True)
+    (upper / "etc/initramfs-tools/conf.d/lab.conf").write_text("MODULES=dep\n")
+
+
+def _disks(root: Path, workdir: Path, name: str, key: Path) -> tuple[Path, Path]:
+    """A fresh root disk (the cached root and this boot's files, through an overlay mount
+    private to one mount namespace) and a swap disk."""
+    for sub in ("upper", "work", "merged"):
+        (workdir / sub).mkdir(parents=True)
+    _files(workdir / "upper", name, key)
+    disk, swap = workdir / "root.img", workdir / "swap.img"
+    q = {k: shlex.quote(str(v)) for k, v in
+         {"lower": root, "upper": workdir / "upper", "work": workdir / "work",
+          "merged": workdir / "merged", "disk": disk}.items()}
+    script = (f"mount -t overlay overlay -o lowerdir={q['lower']},upperdir={q['upper']},"
+              f"workdir={q['work']} {q['merged']} && "
+              f"mke2fs -q -t ext4 -F -d {q['merged']} {q['disk']} {DISK_SIZE}")
+    _check(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], 300)
+    with swap.open("wb") as f:
+        f.truncate(SWAP_SIZE_MB * 1024 * 1024)
+    _check(["mkswap", str(swap)], 60)
+    return disk, swap
+
+
+def _check(argv: list[str], timeout_s: float) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
+                          check=False)
+    if proc.returncode != 0:
+        raise ConfigError(f"kernel host: {argv[0]} failed: "
+                          f"{(proc.stderr or proc.stdout).strip()[:300]}")
+
+
+def start(workdir: Path, key: Path, *, name: str = "kernelhost",
+          root: Path | None = None, timeout_s: float = BOOT_TIMEOUT_S) -> KernelHost:
+    """Boot the guest on a fresh disk in `workdir` and wait for its sshd; `key` (with its
+    .pub beside it) logs in as root."""
+    if shutil.which("qemu-system-x86_64") is None:
+        raise ConfigError("qemu-system-x86_64 is not installed",
+                          hint="apt-get install qemu-system-x86 (scripts/bootstrap.sh does it)")
+    root = root or ensure_kernel_root()
+    kernel = sorted((root / "boot").glob("vmlinuz-*"))[-1]
+    initrd = root / "boot" / kernel.name.replace("vmlinuz-", "initrd.img-")
+    disk, swap = _disks(root, workdir, name, key)
+    port = free_port()
+    argv = ["qemu-system-x86_64", "-accel", "tcg", "-m", str(MEMORY_MB), "-smp", "1",
+            "-display", "none", "-monitor", "none", "-no-reboot",
+            "-serial", f"file:{workdir / 'serial.log'}",
+            "-kernel", str(kernel), "-initrd", str(initrd),
+            "-append", "root=/dev/vda rw console=ttyS0 panic=-1",
+            "-drive", f"file={disk},format=raw,if=virtio",
+            "-drive", f"file={swap},format=raw,if=virtio",
+            "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:22",
+            "-device", "virtio-net-pci,netdev=n0"]
+    with (workdir / "qemu.log").open("w") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    host = KernelHost(name=name, pid=proc.pid, start_ticks=pids.start_ticks(proc.pid) or 0,
+                      port=port, key=key, workdir=workdir)
+    try:
+        _wait_ssh(host, timeout_s)
+    except BaseException:
+        stop(host)
+        raise
+    return host
+
+
+def _wait_ssh(host: KernelHost, timeout_s: float) -> None:
+    """Until root logs in over ssh: QEMU accepts on the forward before the guest's sshd."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pids.start_ticks(host.pid) != host.start_ticks:
+            raise ConfigError(f"kernel host {host.name}: QEMU exited at boot",
+                              hint=f"see {host.workdir / 'qemu.log'} and serial.log")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            if subprocess.run(host.ssh_argv("true"), capture_output=True, timeout=20,
+                              check=False).returncode == 0:
+                return
+        time.sleep(1)
+    raise ConfigError(f"kernel host {host.name}: no ssh in {timeout_s:g} s",
+                      hint=f"see {host.workdir / 'serial.log'}")
+
+
+def stop(host: KernelHost) -> None:
+    """End exactly the QEMU this module started (by PID and start time), then its disks."""
+    if pids.send(host.pid, signal.SIGTERM, ticks=host.start_ticks):
+        for _ in range(100):
+            if pids.start_ticks(host.pid) != host.start_ticks:
+                break
+            time.sleep(0.1)
+        pids.send(host.pid, signal.SIGKILL, ticks=host.start_ticks)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(host.pid, 0)
+    for image in ("root.img", "swap.img"):
+        (host.workdir / image).unlink(missing_ok=True)

@@ -1,0 +1,123 @@
+"""The kernel host's work for test_kernel_host.py, as a process of its own.
+
+Under TCG the guest needs about three minutes of one core, and the rest of the suite leaves
+a core idle most of the time: tests/integration/conftest.py starts this job (at the lowest
+CPU priority) as soon as the test is collected, and the test reads what it wrote. It boots
+the guest, observes it, runs the playbook twice, observes it again, stops the guest, and
+writes result.json; it judges nothing itself.
+
+    python -m tests.integration.kernel_host_job OUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provisioner import runner
+from provisioner.lab import kernel_host
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = ROOT / "tests" / "fixtures" / "kernel_host" / "kernel.yml"
+# What a lab host cannot have: a GPU, a cluster, a ConnectX NIC; and the guest has no
+# package source (restrict=on), so installs are skipped by their tag as in Molecule.
+SKIP = ("needs_gpu", "needs_cluster", "needs_nic", "needs_mirror")
+SYSCTL = yaml.safe_load((ROOT / "roles/base_os/defaults/main.yml").read_text())[
+    "base_os_sysctl"]
+# Run in the guest: what the test checks, read in one ssh call (each costs seconds there).
+OBSERVE = """
+import json, os, subprocess
+release = os.uname().release
+initrd = f"/boot/initrd.img-{release}"
+print(json.dumps({
+    "modules": [line.split()[0] for line in open("/proc/modules")],
+    "swaps": open("/proc/swaps").read().splitlines()[1:],
+    "fstab": open("/etc/fstab").read(),
+    "sysctl": {k: open("/proc/sys/" + k.replace(".", "/")).read().split()
+               if os.path.exists("/proc/sys/" + k.replace(".", "/")) else None
+               for k in KEYS},
+    "initrd_mtime": os.stat(initrd).st_mtime,
+    "initrd_files": subprocess.run(["lsinitramfs", initrd], capture_output=True,
+                                   text=True).stdout.splitlines(),
+}))
+"""
+
+
+def _observe(host: kernel_host.KernelHost) -> dict[str, Any]:
+    script = OBSERVE.replace("KEYS", json.dumps(sorted(SYSCTL)))
+    proc = subprocess.run(host.ssh_argv("python3 -", stdin=True), input=script, capture_output=True,
+                          text=True, timeout=300, check=True)
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def _project(host: kernel_host.KernelHost, pdd: Path) -> None:
+    (pdd / "project").mkdir(parents=True)
+    shutil.copy(PLAYBOOK, pdd / "project" / "kernel.yml")
+    (pdd / "inventory").mkdir()
+    (pdd / "inventory" / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {
+        host.name: {"ansible_host": "127.0.0.1", "ansible_port": host.port,
+                    "ansible_user": "root", "ansible_ssh_private_key_file": str(host.key),
+                    "ansible_ssh_common_args": "-o StrictHostKeyChecking=no "
+                                               "-o UserKnownHostsFile=/dev/null",
+                    "ansible_python_interpreter": "/usr/bin/python3"}}}}))
+
+
+def _run(pdd: Path) -> dict[str, Any]:
+    # pipelining and force_handlers as the rendered project's ansible.cfg has them
+    result = runner.run_playbook(pdd, "kernel.yml", skip_tags=",".join(SKIP), forks=1,
+                                 envvars={"ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+                                          "ANSIBLE_PIPELINING": "True",
+                                          "ANSIBLE_FORCE_HANDLERS": "True"})
+    return {"ok": result.ok, "failures": [e.describe() for e in result.failures],
+            "events": [[e.role, e.task, e.status] for e in result.events]}
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[1])
+    # a SIGTERM from the suite's end still stops the guest (the finally below)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    found: dict[str, Any] = {"seconds": {}}
+    clock = time.monotonic()
+
+    def lap(name: str) -> None:  # where the job's time went, for the README's figures
+        nonlocal clock
+        found["seconds"][name] = round(time.monotonic() - clock, 1)
+        clock = time.monotonic()
+
+    try:
+        key = out / "id_ed25519"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                       check=True, timeout=30)
+        kernel_host.ensure_kernel_root()
+        lap("root")
+        host = kernel_host.start(out / "guest", key)
+        lap("boot")
+        try:
+            found["before"] = _observe(host)
+            _project(host, out / "run")
+            lap("observe")
+            found["first"] = _run(out / "run")
+            lap("first_run")
+            found["second"] = _run(out / "run")
+            lap("second_run")
+            found["after"] = _observe(host)
+        finally:
+            kernel_host.stop(host)
+    except Exception:  # the test reports it
+        found["error"] = traceback.format_exc()
+    (out / "result.json").write_text(json.dumps(found))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

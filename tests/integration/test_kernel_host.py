@@ -1,0 +1,81 @@
+"""The payload's kernel-bound steps for real, on a guest with a kernel of its own.
+
+The lab's namespace hosts share this machine's kernel and skip every task tagged
+needs_kernel (provisioner/profile.py). Here the roles' own task files run on a QEMU guest
+with Debian's kernel (provisioner/lab/kernel_host.py): modules load, sysctls take, a real
+swap device goes off, the initramfs is rebuilt with nouveau blacklisted, and a second run
+changes nothing. Every task the lab skips by that tag must run here, not be skipped.
+
+The guest's work runs in the background from the start of the session
+(kernel_host_job.py, started by conftest.py); this test waits for it and judges it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner import profile
+from tests.conftest import IS_ROOT, ROOT, requires_peer
+from tests.integration.conftest import KERNEL_HOST_JOB
+
+pytestmark = [pytest.mark.integration, requires_peer(
+    IS_ROOT and shutil.which("debootstrap") and shutil.which("qemu-system-x86_64"),
+    "the kernel host needs root, debootstrap and qemu-system-x86 (scripts/bootstrap.sh)")]
+
+MODULES = ("overlay", "br_netfilter", "ib_umad")  # base_os's two, fabric manager's one
+JOB_TIMEOUT_S = 3600  # a hung guest ends the wait; the figures are in the README
+
+
+@pytest.fixture(scope="module")
+def found(request: pytest.FixtureRequest) -> dict[str, Any]:
+    job, out = request.config.stash[KERNEL_HOST_JOB]
+    try:
+        job.wait(timeout=JOB_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"kernel host job still running after {JOB_TIMEOUT_S} s: "
+                    f"{(out / 'job.log').read_text()[-3000:]}")
+    result: dict[str, Any] = json.loads((out / "result.json").read_text())
+    assert "error" not in result, result["error"] + (out / "job.log").read_text()[-3000:]
+    return result
+
+
+def test_before_the_run_nothing_is_loaded_and_swap_is_on(found):
+    before = found["before"]
+    assert not set(MODULES) & set(before["modules"]), before["modules"]
+    assert [line.split()[0] for line in before["swaps"]] == ["/dev/vdb"]
+
+
+def test_every_kernel_bound_task_ran_for_real(found):
+    assert found["first"]["ok"], found["first"]["failures"]
+    kernel_bound = {(r, n) for r, n, tags in profile.role_tasks(ROOT / "roles")
+                    if "needs_kernel" in tags}
+    assert len(kernel_bound) == profile.skipped_tasks(
+        ROOT / "roles", profile.LAB_SKIP_TAGS)["needs_kernel"]
+    ran = {(role, task) for role, task, status in found["first"]["events"]
+           if status in ("ok", "changed")}
+    assert kernel_bound <= ran, kernel_bound - ran
+
+
+def test_modules_sysctls_swap_and_initramfs_took_effect(found):
+    before, after = found["before"], found["after"]
+    assert set(MODULES) <= set(after["modules"]), after["modules"]
+    defaults = yaml.safe_load((ROOT / "roles/base_os/defaults/main.yml").read_text())
+    for key, value in defaults["base_os_sysctl"].items():
+        assert after["sysctl"][key] == str(value).split(), key
+    assert after["swaps"] == []
+    assert "# /dev/vdb none swap sw 0 0  # disabled by provisioner" in after["fstab"]
+    assert after["initrd_mtime"] > before["initrd_mtime"]
+    assert "etc/modprobe.d/blacklist-nouveau.conf" in after["initrd_files"]
+
+
+def test_a_second_run_changes_nothing(found):
+    second = found["second"]
+    assert second["ok"], second["failures"]
+    assert [t for _r, t, status in second["events"] if status == "changed"] == []
+    assert any(status == "ok" for _r, _t, status in second["events"])
