@@ -93,14 +93,15 @@ def control_planes_upgraded(site: Path, bundle: str) -> list[str]:
     return hosts
 
 
-KERNEL_HOST_TEST = "tests/integration/test_kernel_host.py"
+KERNEL_HOST_TEST = Path(__file__).with_name("test_kernel_host.py")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the kernel host's job in the background as soon as its test is collected: its
     guest's CPU emulation then mostly uses a core the other tests leave idle (nice 19).
     The test waits for it and judges what it wrote (kernel_host_job.py)."""
-    if not any(item.nodeid.startswith(KERNEL_HOST_TEST) for item in session.items):
+    if session.config.option.collectonly or not any(
+            item.path == KERNEL_HOST_TEST for item in session.items):
         return
     if not (os.geteuid() == 0 and shutil.which("qemu-system-x86_64")
             and shutil.which("debootstrap")):
@@ -116,7 +117,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """End the job if the run stopped before its test waited for it (its guest with it),
-    and remove what it wrote."""
+    and remove what it wrote unless a test failed (its job.log and the guest's serial.log
+    are then kept, and the failure names the directory)."""
     started = session.config.stash.get(KERNEL_HOST_JOB, None)
     if started is None:
         return
@@ -126,6 +128,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         try:
             job.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            job.kill()
+            job.kill()  # QEMU dies with it (PR_SET_PDEATHSIG, lab/kernel_host.py)
             job.wait()
-    shutil.rmtree(out, ignore_errors=True)
+    if not session.testsfailed:
+        shutil.rmtree(out, ignore_errors=True)

@@ -34,14 +34,18 @@ JOB_TIMEOUT_S = 3600  # a hung guest ends the wait; the figures are in the READM
 
 @pytest.fixture(scope="module")
 def found(request: pytest.FixtureRequest) -> dict[str, Any]:
-    job, out = request.config.stash[KERNEL_HOST_JOB]
+    started = request.config.stash.get(KERNEL_HOST_JOB, None)
+    if started is None:
+        pytest.fail("the kernel host job was not started (tests/integration/conftest.py)")
+    job, out = started
     try:
         job.wait(timeout=JOB_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"kernel host job still running after {JOB_TIMEOUT_S} s: "
-                    f"{(out / 'job.log').read_text()[-3000:]}")
+        pytest.fail(f"kernel host job still running after {JOB_TIMEOUT_S} s (see {out})")
+    log = (out / "job.log").read_text()[-3000:]
+    assert (out / "result.json").is_file(), f"no result.json in {out}: {log}"
     result: dict[str, Any] = json.loads((out / "result.json").read_text())
-    assert "error" not in result, result["error"] + (out / "job.log").read_text()[-3000:]
+    assert "error" not in result, f"{result['error']}\n{log}\n(see {out})"
     return result
 
 
@@ -79,3 +83,11 @@ def test_a_second_run_changes_nothing(found):
     assert second["ok"], second["failures"]
     assert [t for _r, t, status in second["events"] if status == "changed"] == []
     assert any(status == "ok" for _r, _t, status in second["events"])
+
+
+def test_a_value_changed_by_hand_is_put_back(found):
+    drifted = found["drifted"]
+    assert drifted["ok"], drifted["failures"]
+    changed = {t for _r, t, status in drifted["events"] if status == "changed"}
+    assert {"Read the running kernel parameters", "Apply kernel parameters"} <= changed
+    assert found["after_drift"]["sysctl"]["vm.max_map_count"] == ["262144"]
