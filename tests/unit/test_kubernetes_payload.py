@@ -466,3 +466,48 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
                            kubernetes_running_version=running)
             assert not ask(node_when, kubernetes_is_control_plane=cp,
                            kubernetes_running_version=running)
+
+
+def _session_port(tmp_path, address):
+    return subprocess.run(["bash", str(ROOT / "roles/roce_host/files/session-port.sh"),
+                           address], capture_output=True, text=True, check=True,
+                          env={"ROCE_SYSFS": str(tmp_path / "sys"), "PATH": "/usr/sbin:"
+                               "/usr/bin:/sbin:/bin"}).stdout.strip()
+
+
+def test_openibd_restart_never_cuts_the_session_it_runs_over(tmp_path):
+    """openibd's restart unloads mlx5_core: under a session whose address is on a ConnectX
+    port (or a bond, VLAN or bridge over one), or not found on the host, the node reboots
+    into DOCA's driver instead. The address is 127.0.0.1, on `lo`, with a sysfs tree that
+    says what lo sits on."""
+    net = tmp_path / "sys/class/net"
+    drivers = tmp_path / "sys/bus/pci/drivers"
+    for driver in ("mlx5_core", "virtio_net"):
+        (drivers / driver).mkdir(parents=True)
+    (net / "lo").mkdir(parents=True)
+    assert _session_port(tmp_path, "127.0.0.1") == "other"  # a virtual device, no driver
+    assert _session_port(tmp_path, "192.0.2.77") == "unknown"  # not on this host
+    # lo as a bond over a ConnectX port, then over a virtio one
+    (net / "ens1f0np0/device").mkdir(parents=True)
+    (net / "lo/lower_ens1f0np0").symlink_to("../ens1f0np0")
+    (net / "ens1f0np0/device/driver").symlink_to(drivers / "mlx5_core")
+    assert _session_port(tmp_path, "127.0.0.1") == "nvidia"
+    (net / "ens1f0np0/device/driver").unlink()
+    (net / "ens1f0np0/device/driver").symlink_to(drivers / "virtio_net")
+    assert _session_port(tmp_path, "127.0.0.1") == "other"
+    # the handlers: restart only under a session on another port, reboot otherwise, in that
+    # order before the QoS; the install notifies both, after the session's port is known
+    handlers = {h["name"]: h for h in _yaml(ROOT / "roles/roce_host/handlers/main.yml")}
+    names = list(handlers)
+    assert names.index("Restart openibd") < names.index("Reboot into DOCA's driver") < \
+        names.index("Apply RoCE QoS")
+    assert "roce_host_session_port.stdout | default('other') | trim == 'other'" in \
+        handlers["Restart openibd"]["when"]
+    assert handlers["Reboot into DOCA's driver"]["when"] == \
+        "roce_host_session_port.stdout | default('other') | trim != 'other'"
+    tasks = [t["name"] for t in _yaml(ROOT / "roles/roce_host/tasks/main.yml")]
+    install = {t["name"]: t for t in _yaml(ROOT / "roles/roce_host/tasks/main.yml")}[
+        "Install DOCA (MOFED)"]
+    assert install["notify"] == ["Restart openibd", "Reboot into DOCA's driver"]
+    assert tasks.index("Find whether this session runs over a ConnectX port") < tasks.index(
+        "Install DOCA (MOFED)")
