@@ -78,16 +78,18 @@ def test_modules_sysctls_swap_and_initramfs_took_effect(found):
     assert "etc/modprobe.d/blacklist-nouveau.conf" in after["initrd_files"]
 
 
-def test_a_second_run_changes_nothing(found):
+def test_a_second_run_puts_back_a_value_changed_by_hand_and_changes_nothing_else(found):
+    """Between the runs vm.max_map_count was set back to the kernel's default by hand: the
+    second run reads the running values, finds it, loads the modules and applies the files
+    again, and every other task is unchanged (one run for both: each run costs a minute of
+    emulated CPU)."""
     second = found["second"]
     assert second["ok"], second["failures"]
-    assert [t for _r, t, status in second["events"] if status == "changed"] == []
-    assert any(status == "ok" for _r, _t, status in second["events"])
-
-
-def test_a_value_changed_by_hand_is_put_back(found):
-    drifted = found["drifted"]
-    assert drifted["ok"], drifted["failures"]
-    changed = {t for _r, t, status in drifted["events"] if status == "changed"}
-    assert {"Read the running kernel parameters", "Apply kernel parameters"} <= changed
-    assert found["after_drift"]["sysctl"]["vm.max_map_count"] == ["262144"]
+    changed = [t for _r, t, status in second["events"] if status == "changed"]
+    assert sorted(changed) == ["Apply kernel parameters", "Load kernel modules",
+                               "Read the running kernel parameters"]
+    assert found["after_second"]["sysctl"]["vm.max_map_count"] == ["262144"]
+    # fabric manager's modules and the initramfs, whose files did not change, were left alone
+    ran = {t for _r, t, status in second["events"] if status != "skipped"}
+    assert not {"Load fabric manager's kernel modules", "Rebuild the initramfs"} & ran
+    assert "Turn swap off now" not in ran  # no swap is on any more
