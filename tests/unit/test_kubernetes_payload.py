@@ -468,11 +468,13 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
                            kubernetes_running_version=running)
 
 
-def _session_port(tmp_path, address):
+def _session_port(tmp_path, address, ssh_connection=None):
+    env = {"ROCE_SYSFS": str(tmp_path / "sys"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    if ssh_connection:
+        env["SSH_CONNECTION"] = ssh_connection
     return subprocess.run(["bash", str(ROOT / "roles/roce_host/files/session-port.sh"),
                            address], capture_output=True, text=True, check=True,
-                          env={"ROCE_SYSFS": str(tmp_path / "sys"), "PATH": "/usr/sbin:"
-                               "/usr/bin:/sbin:/bin"}).stdout.strip()
+                          env=env).stdout.strip()
 
 
 def test_openibd_restart_never_cuts_the_session_it_runs_over(tmp_path):
@@ -495,19 +497,36 @@ def test_openibd_restart_never_cuts_the_session_it_runs_over(tmp_path):
     (net / "ens1f0np0/device/driver").unlink()
     (net / "ens1f0np0/device/driver").symlink_to(drivers / "virtio_net")
     assert _session_port(tmp_path, "127.0.0.1") == "other"
+    # a routed fabric: the node's address on lo, its packets to the controller leaving by
+    # a ConnectX port (this machine's route to a TEST-NET address names that port)
+    route = subprocess.run(["ip", "route", "get", "192.0.2.55"], capture_output=True,
+                           text=True, check=True).stdout.split()
+    egress = route[route.index("dev") + 1]
+    (net / "lo/lower_ens1f0np0").unlink()
+    (net / egress / "device").mkdir(parents=True, exist_ok=True)
+    (net / egress / "device/driver").symlink_to(drivers / "mlx5_core")
+    assert _session_port(tmp_path, "127.0.0.1") == "other"  # no session: the holder only
+    assert _session_port(tmp_path, "127.0.0.1", "192.0.2.55 50000 127.0.0.1 22") == "nvidia"
     # the handlers: restart only under a session on another port, reboot otherwise, in that
     # order before the QoS; the install notifies both, after the session's port is known
     handlers = {h["name"]: h for h in _yaml(ROOT / "roles/roce_host/handlers/main.yml")}
     names = list(handlers)
     assert names.index("Restart openibd") < names.index("Reboot into DOCA's driver") < \
         names.index("Apply RoCE QoS")
-    assert "roce_host_session_port.stdout | default('other') | trim == 'other'" in \
-        handlers["Restart openibd"]["when"]
-    assert handlers["Reboot into DOCA's driver"]["when"] == \
-        "roce_host_session_port.stdout | default('other') | trim != 'other'"
+    assert "roce_host_session_on == 'other'" in handlers["Restart openibd"]["when"]
+    assert handlers["Reboot into DOCA's driver"]["when"] == "roce_host_session_on != 'other'"
+    # the script's last line, and "unknown" (a reboot) when the check did not run
+    session_on = yaml.safe_load((ROOT / "roles/roce_host/vars/main.yml").read_text())[
+        "roce_host_session_on"]
+    for lines, expected in ((["sudo: unable to resolve host x", "nvidia\r"], "nvidia"),
+                            (["other"], "other"), (None, "unknown")):
+        port = {} if lines is None else {"stdout_lines": lines}
+        assert jinja2.Environment().from_string(session_on).render(
+            roce_host_session_port=port) == expected
     tasks = [t["name"] for t in _yaml(ROOT / "roles/roce_host/tasks/main.yml")]
     install = {t["name"]: t for t in _yaml(ROOT / "roles/roce_host/tasks/main.yml")}[
         "Install DOCA (MOFED)"]
-    assert install["notify"] == ["Restart openibd", "Reboot into DOCA's driver"]
+    assert install["notify"] == ["Restart openibd", "Reboot into DOCA's driver",
+                                 "Apply RoCE QoS"]
     assert tasks.index("Find whether this session runs over a ConnectX port") < tasks.index(
         "Install DOCA (MOFED)")
