@@ -176,6 +176,14 @@ PLAYBOOK_ENV = {"ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
                 "ANSIBLE_LOCALHOST_WARNING": "0"}
 
 
+def keep_signal_handlers() -> bool:
+    """A cancel callback that never cancels, for a caller with SIGINT/SIGTERM handlers of
+    its own: without one, ansible-runner installs its own handlers (on the main thread,
+    ansible_runner.utils.signal_handler) and never puts the caller's back, so `upgrade
+    apply`'s graceful stop would not hear Ctrl-C or SIGTERM after its first playbook."""
+    return False
+
+
 def run_playbook(private_data_dir: Path, playbook: str, *, limit: str | None = None,
                  tags: str | None = None, skip_tags: str | None = None,
                  extravars: Mapping[str, Any] | None = None, forks: int = 20,

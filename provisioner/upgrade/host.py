@@ -90,8 +90,10 @@ class AnsibleInstaller:
 
     def _run(self, playbook: str, batch: Sequence[str], tags: str | None = None
              ) -> runner_mod.RunResult:
+        # the command's graceful stop (cli/common.py) keeps its signal handlers
         return runner_mod.run_playbook(self.project(), playbook, limit=",".join(batch),
-                                       tags=tags, forks=self.forks)
+                                       tags=tags, forks=self.forks,
+                                       cancel=runner_mod.keep_signal_handlers)
 
     def control_plane_first(self, host: str) -> str | None:
         """One control plane's kubeadm upgrade, in place (None when it passed)."""
