@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,10 +17,7 @@ from provisioner import lab as lab_mod
 from provisioner.inventory import load
 from tests.conftest import EXAMPLE, ROOT, requires_ipmi_sim
 
-__all__ = ["KERNEL_HOST_JOB", "provision", "requires_ipmi_sim", "ssh_lab"]
-
-# The kernel host job started for this session: (process, its output directory).
-KERNEL_HOST_JOB = pytest.StashKey[tuple[subprocess.Popen[bytes], Path]]()
+__all__ = ["provision", "requires_ipmi_sim", "ssh_lab"]
 
 
 @pytest.fixture
@@ -92,43 +88,3 @@ def control_planes_upgraded(site: Path, bundle: str) -> list[str]:
             store.record(p.hostname, "upgraded", {"bundle": bundle, "versions": versions})
     return hosts
 
-
-KERNEL_HOST_TEST = Path(__file__).with_name("test_kernel_host.py")
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the kernel host's job in the background as soon as its test is collected: its
-    guest's CPU emulation then mostly uses a core the other tests leave idle (nice 19).
-    The test waits for it and judges what it wrote (kernel_host_job.py)."""
-    if session.config.option.collectonly or not any(
-            item.path == KERNEL_HOST_TEST for item in session.items):
-        return
-    if not (os.geteuid() == 0 and shutil.which("qemu-system-x86_64")
-            and shutil.which("debootstrap")):
-        return  # the test itself says what is missing (skip, or fail on CI)
-    out = Path(tempfile.mkdtemp(prefix="pv-kernel-host-"))
-    with (out / "job.log").open("w") as log:
-        job = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m",
-                                "tests.integration.kernel_host_job", str(out)],
-                               cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
-                               stderr=subprocess.STDOUT)
-    session.config.stash[KERNEL_HOST_JOB] = (job, out)
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """End the job if the run stopped before its test waited for it (its guest with it),
-    and remove what it wrote unless a test failed (its job.log and the guest's serial.log
-    are then kept, and the failure names the directory)."""
-    started = session.config.stash.get(KERNEL_HOST_JOB, None)
-    if started is None:
-        return
-    job, out = started
-    if job.poll() is None:
-        job.terminate()
-        try:
-            job.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            job.kill()  # QEMU dies with it (PR_SET_PDEATHSIG, lab/kernel_host.py)
-            job.wait()
-    if not session.testsfailed:
-        shutil.rmtree(out, ignore_errors=True)

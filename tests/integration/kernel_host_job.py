@@ -1,10 +1,9 @@
 """The kernel host's work for test_kernel_host.py, as a process of its own.
 
-Under TCG the guest needs about three minutes of one core, and the rest of the suite leaves
-a core idle most of the time: tests/integration/conftest.py starts this job (at the lowest
-CPU priority) as soon as the test is collected, and the test reads what it wrote. It boots
-the guest, observes it, runs the playbook twice, observes it again, stops the guest, and
-writes result.json; it judges nothing itself.
+The test starts it and reads what it wrote; a process of its own, so that a stop of the
+suite (SIGTERM) stops the guest too. It boots the guest, observes it, runs the playbook,
+observes it, changes a value by hand, runs the playbook again, observes it again, stops the
+guest, and writes result.json; it judges nothing itself.
 
     python -m tests.integration.kernel_host_job OUT_DIR
 """
