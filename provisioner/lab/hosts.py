@@ -142,6 +142,26 @@ def debootstrap_root(name: str, packages: Sequence[str], cache: Path | None = No
     return base
 
 
+def seed_identity(upper: Path, name: str, key: Path) -> None:
+    """What an installer writes and debootstrap does not, on a lab host's fresh disk (`upper`,
+    over the cached root): its own SSH host key, the lab's key for root, its name, also in
+    /etc/hosts (without it every fact gathering's getfqdn() asked DNS first), and no
+    resolver: debootstrap copied the real machine's, unreachable from the lab's networks (a
+    10 s timeout per lookup), and the lab has no DNS server. The namespace hosts' and the
+    kernel host's (kernel_host.py)."""
+    (upper / "etc/ssh").mkdir(parents=True, exist_ok=True)
+    (upper / "root/.ssh").mkdir(parents=True, exist_ok=True)
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+          str(upper / "etc/ssh/ssh_host_ed25519_key")])
+    shutil.copy(str(key) + ".pub", upper / "root/.ssh/authorized_keys")
+    (upper / "root/.ssh").chmod(0o700)
+    (upper / "etc/hostname").write_text(name + "\n")
+    (upper / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n"
+                                      "::1 localhost ip6-localhost\n")
+    (upper / "etc/resolv.conf").write_text("# provisioner lab: no DNS server on its "
+                                           "networks\n")
+
+
 def bridge_name(tag: str) -> str:
     return "pvb" + hashlib.sha1(tag.encode()).hexdigest()[:8]  # noqa: S324 - a name, not security
 
@@ -200,20 +220,9 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
     _run(["ip", "-n", netns, "link", "set", "eth0", "up"])
     _run(["ip", "-n", netns, "link", "set", "lo", "up"])
     _run(["ip", "-n", netns, "route", "add", "default", "via", str(gateway)])
-    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
-          str(d / "upper/etc/ssh/ssh_host_ed25519_key")])
-    shutil.copy(str(key) + ".pub", d / "upper/root/.ssh/authorized_keys")
-    (d / "upper/root/.ssh").chmod(0o700)
-    (d / "upper/etc/hostname").write_text(name + "\n")
-    # What an installer writes and debootstrap does not; the install marker too, which the
-    # autoinstall late-commands write (render/pxe.py) and `up` reads (workflows/steps/guard).
-    # Without its own name in /etc/hosts, every fact gathering's getfqdn() asked DNS first.
-    (d / "upper/etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n"
-                                       "::1 localhost ip6-localhost\n")
-    # debootstrap copied the real machine's resolver, unreachable from the lab's networks
-    # (a 10 s timeout per lookup); the lab has no DNS server
-    (d / "upper/etc/resolv.conf").write_text("# provisioner lab: no DNS server on its "
-                                             "networks\n")
+    seed_identity(d / "upper", name, key)
+    # the install marker, which the autoinstall late-commands write (render/pxe.py) and `up`
+    # reads (workflows/steps/guard)
     (d / "upper" / INSTALL_MARKER.lstrip("/")).write_text(name + "\n")
     for p, data in (files or {}).items():
         target = d / "upper" / p.lstrip("/")

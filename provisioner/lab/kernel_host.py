@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
 import shlex
 import shutil
 import signal
@@ -29,7 +28,8 @@ from pathlib import Path
 
 from provisioner import pids
 from provisioner.errors import ConfigError
-from provisioner.lab.hosts import ROOTFS_SUITE, debootstrap_root
+from provisioner.lab.hosts import ROOTFS_SUITE, _run, debootstrap_root, seed_identity
+from provisioner.lab.procs import free_ports
 
 # Debian's kernel and what the roles' kernel-bound steps use: kmod (module loads), procps
 # (sysctl), initramfs-tools (update-initramfs), util-linux (swapon/swapoff, in minbase);
@@ -52,7 +52,7 @@ class KernelHost:
     port: int  # 127.0.0.1:port reaches the guest's sshd
     key: Path  # the private key root's authorized_keys holds
     workdir: Path
-    process: subprocess.Popen[bytes] | None = field(default=None, compare=False, repr=False)
+    process: subprocess.Popen[bytes] = field(compare=False, repr=False)
 
     def ssh_argv(self, command: str, *, stdin: bool = False) -> list[str]:
         """ssh to the guest as root, running `command`; no stdin unless asked (the tests'
@@ -69,24 +69,10 @@ def ensure_kernel_root(cache: Path | None = None) -> Path:
                             KERNEL_ROOT_PACKAGES, cache)
 
 
-def free_port() -> int:
-    """A loopback TCP port nobody listens on now, for the guest's ssh forward."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _files(upper: Path, name: str, key: Path) -> None:
-    """What this boot adds to the cached root: host key, root's key, name, disks, network."""
-    (upper / "etc/ssh").mkdir(parents=True)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
-                    str(upper / "etc/ssh/ssh_host_ed25519_key")], check=True, timeout=30)
-    (upper / "root/.ssh").mkdir(parents=True, mode=0o700)
-    shutil.copy(str(key) + ".pub", upper / "root/.ssh/authorized_keys")
-    (upper / "etc/hostname").write_text(name + "\n")
-    (upper / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n")
-    # no DNS server is reachable (restrict=on): an empty resolver fails lookups at once
-    (upper / "etc/resolv.conf").write_text("# provisioner kernel host: no DNS\n")
+    """What this boot adds to the cached root: a lab host's identity (restrict=on leaves it
+    no DNS server either), its disks, its network."""
+    seed_identity(upper, name, key)
     (upper / "etc/fstab").write_text("/dev/vda / ext4 rw,relatime 0 1\n"
                                      "/dev/vdb none swap sw 0 0\n")
     (upper / "etc/systemd/network").mkdir(parents=True)
@@ -115,10 +101,10 @@ def _disks(root: Path, workdir: Path, name: str, key: Path) -> tuple[Path, Path]
     script = (f"mount -t overlay overlay -o lowerdir={q['lower']},upperdir={q['upper']},"
               f"workdir={q['work']} {q['merged']} && "
               f"mke2fs -q -t ext4 -F -d {q['merged']} {q['disk']} {DISK_SIZE}")
-    _check(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], 300)
+    _run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], timeout=300)
     with swap.open("wb") as f:
         f.truncate(SWAP_SIZE_MB * 1024 * 1024)
-    _check(["mkswap", str(swap)], 60)
+    _run(["mkswap", str(swap)], timeout=60)
     return disk, swap
 
 
@@ -126,14 +112,6 @@ def _die_with_parent() -> None:
     """In QEMU's child before exec: the guest ends with the process that started it, however
     that one ends (killed included), so no guest outlives its test."""
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG, prctl(2)
-
-
-def _check(argv: list[str], timeout_s: float) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                          check=False)
-    if proc.returncode != 0:
-        raise ConfigError(f"kernel host: {argv[0]} failed: "
-                          f"{(proc.stderr or proc.stdout).strip()[:300]}")
 
 
 def start(workdir: Path, key: Path, *, name: str = "kernelhost",
@@ -147,7 +125,7 @@ def start(workdir: Path, key: Path, *, name: str = "kernelhost",
     kernel = sorted((root / "boot").glob("vmlinuz-*"))[-1]
     initrd = root / "boot" / kernel.name.replace("vmlinuz-", "initrd.img-")
     disk, swap = _disks(root, workdir, name, key)
-    port = free_port()
+    port = free_ports(socket.SOCK_STREAM, 1)[0]  # the guest's ssh forward
     argv = ["qemu-system-x86_64", "-accel", "tcg", "-m", str(MEMORY_MB), "-smp", "1",
             "-display", "none", "-monitor", "none", "-no-reboot",
             "-serial", f"file:{workdir / 'serial.log'}",
@@ -195,10 +173,6 @@ def stop(host: KernelHost) -> None:
                 break
             time.sleep(0.1)
         pids.send(host.pid, signal.SIGKILL, ticks=host.start_ticks)
-    if host.process is not None:
-        host.process.wait()
-    else:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(host.pid, 0)
+    host.process.wait()
     for image in ("root.img", "swap.img"):
         (host.workdir / image).unlink(missing_ok=True)
