@@ -39,8 +39,19 @@ import yaml
 from provisioner import statedir
 from provisioner.inventory.loader import LoadedSite
 
-LAB_SKIP_TAGS: tuple[str, ...] = ("needs_gpu", "needs_cluster", "needs_nic", "needs_kernel")
 KERNEL_HEADERS_TAG = "needs_kernel_headers"
+LAB_SKIP_TAGS: tuple[str, ...] = ("needs_gpu", "needs_cluster", "needs_nic", "needs_kernel")
+# what each of them needs, for `up`'s output: the operator reads there why a task did not run
+# in the lab and where else it is tested
+LAB_SKIP_NEEDS: dict[str, str] = {
+    "needs_gpu": "a GPU",
+    "needs_cluster": "a Kubernetes API server",
+    "needs_nic": "a ConnectX NIC",
+    "needs_kernel": "a kernel of their own (the tests run them on the kernel host, a QEMU "
+                    "guest)",
+    KERNEL_HEADERS_TAG: "headers for a kernel whose release no Debian package can be named "
+                        "after",
+}
 # Debian Policy 5.6.7: a package name is lowercase letters, digits, "+", "-" and ".", at
 # least two characters, starting with a letter or digit.
 _DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")

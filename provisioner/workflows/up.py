@@ -45,7 +45,7 @@ from provisioner.lifecycle import (
     UP_STEPS,
     Phase,
 )
-from provisioner.profile import Profile, for_site, skipped_tasks
+from provisioner.profile import LAB_SKIP_NEEDS, Profile, for_site, skipped_tasks
 from provisioner.state import StateStore
 from provisioner.upgrade import drift
 from provisioner.workflows import engine
@@ -245,7 +245,9 @@ def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
         ctx.notes.append("lab: OS install skipped (the lab provides the OS); "
                          f"{sum(skipped.values())} task(s) a lab host cannot do were skipped "
                          "by tag (" + ", ".join(f"{t}: {n}" for t, n in skipped.items())
-                         + "); GPU and Kubernetes Ready checks are reported as not verified")
+                         + "); they need " + ", ".join(LAB_SKIP_NEEDS.get(t, t) for t, n in
+                                                       skipped.items() if n)
+                         + "; GPU and Kubernetes Ready checks are reported as not verified")
     return UpResult(run_id=run_id, site=loaded.site.site.name, lab=profile.lab,
                     state_path=store.path, project_dir=ctx.project_dir,
                     nodes=[ctx.journal.outcomes[h] for h in hosts], notes=ctx.notes,

@@ -1,9 +1,10 @@
 """The kernel host's work for test_kernel_host.py, as a process of its own.
 
 The test starts it and reads what it wrote; a process of its own, so that a stop of the
-suite (SIGTERM) stops the guest too. It boots the guest, observes it, runs the playbook,
-observes it, changes a value by hand, runs the playbook again, observes it again, stops the
-guest, and writes result.json; it judges nothing itself.
+suite (SIGTERM) stops the guest too. It boots the guest, runs the playbook in check mode
+(`provision run --check`), observes it, runs the playbook, observes it, changes a value by
+hand, runs the playbook again, observes it again, stops the guest, and writes result.json;
+it judges nothing itself.
 
     python -m tests.integration.kernel_host_job OUT_DIR
 """
@@ -85,13 +86,13 @@ def _on_term(*_: Any) -> None:
         raise SystemExit(143)
 
 
-def _run(pdd: Path) -> dict[str, Any]:
+def _run(pdd: Path, *, check: bool = False) -> dict[str, Any]:
     RUNNING.set()
     # pipelining and force_handlers as the rendered project's ansible.cfg has them; a cancel
     # callback of ours, or ansible-runner would take SIGTERM for itself
     try:
         result = runner.run_playbook(
-            pdd, "kernel.yml", skip_tags=",".join(SKIP), forks=1, cancel=STOP.is_set,
+            pdd, "kernel.yml", skip_tags=",".join(SKIP), forks=1, cancel=STOP.is_set, check=check,
             envvars={"ANSIBLE_ROLES_PATH": str(ROOT / "roles"), "ANSIBLE_PIPELINING": "True",
                      "ANSIBLE_FORCE_HANDLERS": "True"})
     finally:
@@ -99,7 +100,7 @@ def _run(pdd: Path) -> dict[str, Any]:
     if STOP.is_set():
         raise SystemExit(143)
     return {"ok": result.ok, "failures": [e.describe() for e in result.failures],
-            "events": [[e.role, e.task, e.status] for e in result.events]}
+            "events": [[e.role, e.task, e.status, e.check_mode] for e in result.events]}
 
 
 def main(argv: list[str]) -> int:
@@ -122,8 +123,12 @@ def main(argv: list[str]) -> int:
         host = kernel_host.start(out / "guest", key)
         lap("boot")
         try:
-            found["before"] = _observe(host)
             _project(host, out / "run")
+            # a check run first: what it changes shows in "before" (a fresh guest's state is
+            # known: no module of ours loaded, swap on, the kernel's own sysctl values)
+            found["check"] = _run(out / "run", check=True)
+            lap("check_run")
+            found["before"] = _observe(host)
             lap("observe")
             found["first"] = _run(out / "run")
             lap("first_run")

@@ -3,8 +3,9 @@
 The lab's namespace hosts share this machine's kernel and skip every task tagged
 needs_kernel (provisioner/profile.py). Here the roles' own task files run on a QEMU guest
 with Debian's kernel (provisioner/lab/kernel_host.py): modules load, sysctls take, a real
-swap device goes off, the initramfs is rebuilt with nouveau blacklisted, and a second run
-changes nothing. Every task the lab skips by that tag must run here, not be skipped.
+swap device goes off, the initramfs is rebuilt with nouveau blacklisted, a check run before
+them changes nothing, and a second run changes only what was set back by hand. Every task
+the lab skips by that tag must run here, not be skipped.
 
 The guest's work runs in a process of its own (kernel_host_job.py), so that however the
 suite ends, the guest ends too; this test starts it, waits for it and judges what it
@@ -60,10 +61,21 @@ def found(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return result
 
 
-def test_before_the_run_nothing_is_loaded_and_swap_is_on(found):
+def test_a_check_run_passes_and_changes_nothing(found):
+    """`provision run --check` on a fresh node: it predicts changes and makes none (the
+    guest, observed after it, is still as it booted), and the sysctl check, which has no
+    read to judge in check mode, is skipped rather than failing on the missing result."""
+    check = found["check"]
+    assert check["ok"], check["failures"]
+    predicted = [t for _r, t, status, _c in check["events"] if status == "changed"]
+    assert "Kernel parameters for GPU and RDMA hosts" in predicted
+    statuses = {t: status for _r, t, status, _c in check["events"]}
+    assert statuses["Check that every kernel parameter took"] == "skipped"
     before = found["before"]
     assert not set(MODULES) & set(before["modules"]), before["modules"]
     assert [line.split()[0] for line in before["swaps"]] == ["/dev/vdb"]
+    assert before["sysctl"]["vm.max_map_count"] == ["65530"]  # the kernel's default
+    assert "etc/modprobe.d/blacklist-nouveau.conf" not in before["initrd_files"]
 
 
 def test_every_kernel_bound_task_ran_for_real(found):
@@ -72,7 +84,7 @@ def test_every_kernel_bound_task_ran_for_real(found):
                     if "needs_kernel" in tags}
     assert len(kernel_bound) == profile.skipped_tasks(
         ROOT / "roles", profile.LAB_SKIP_TAGS)["needs_kernel"]
-    ran = {(role, task) for role, task, status in found["first"]["events"]
+    ran = {(role, task) for role, task, status, _check in found["first"]["events"]
            if status in ("ok", "changed")}
     assert kernel_bound <= ran, kernel_bound - ran
 
@@ -96,11 +108,11 @@ def test_a_second_run_puts_back_a_value_changed_by_hand_and_changes_nothing_else
     emulated CPU)."""
     second = found["second"]
     assert second["ok"], second["failures"]
-    changed = [t for _r, t, status in second["events"] if status == "changed"]
+    changed = [t for _r, t, status, _c in second["events"] if status == "changed"]
     assert sorted(changed) == ["Apply kernel parameters", "Load kernel modules",
                                "Read the running kernel parameters"]
     assert found["after_second"]["sysctl"]["vm.max_map_count"] == ["262144"]
     # fabric manager's modules and the initramfs, whose files did not change, were left alone
-    ran = {t for _r, t, status in second["events"] if status != "skipped"}
+    ran = {t for _r, t, status, _c in second["events"] if status != "skipped"}
     assert not {"Load fabric manager's kernel modules", "Rebuild the initramfs"} & ran
     assert "Turn swap off now" not in ran  # no swap is on any more

@@ -94,6 +94,7 @@ def test_end_to_end_every_node_ready_then_nothing_to_do(site_lab):
     skipped = re.search(r"(\d+) task\(s\) a lab host cannot do were skipped by tag "
                         r"\(needs_gpu: (\d+), needs_cluster: (\d+)", proc.stdout)
     assert skipped and int(skipped[1]) > int(skipped[2]) > 0 and int(skipped[3]) > 0
+    assert "they need a GPU, a Kubernetes API server" in proc.stdout
     assert "rendered project:" in proc.stdout and "playbook logs:" in proc.stdout
 
     store = store_of(site)

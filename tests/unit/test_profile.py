@@ -52,6 +52,9 @@ def test_every_lab_tag_skips_something_and_is_counted():
     assert all(n > 0 for n in counts.values()), counts
     assert counts["needs_gpu"] >= 6 and counts["needs_cluster"] >= 8
     assert profile.skipped_tasks(ROLES, ()) == {}
+    # `up` says what each skipped tag needs: a new tag comes with its reason
+    assert set(profile.lab_skip_tags("5.15.167.4-microsoft-standard-WSL2")) <= set(
+        profile.LAB_SKIP_NEEDS)
 
 
 def _items(path):
