@@ -7,6 +7,7 @@ Audit of the models' free-text fields (what each one reaches, and why it is safe
     Kubernetes.version     kubeadm, apt pins and package names: x.y.z only
     Gpus.model             the provisioner.io/gpu-model label value and group names
     Software.mirror        a line of apt's sources.list: an http(s) or file URL, no spaces
+    Software.mirror_suites the suite field of those lines: a Debian suite name, no spaces
     Ssh.private_key_file   ansible_ssh_private_key_file (ssh -i): a plain path
     Software.mirror_key    the source of the role's key copy: a plain path
     Bmc.address            the host part of the Redfish URL and ipmitool/pyghmi targets:
@@ -47,6 +48,8 @@ KUBE_VERSION_RE = re.compile(r"^\d{1,4}\.\d{1,4}\.\d{1,4}$")
 PATH_RE = r"^[A-Za-z0-9_.,/~+@=:-]{1,4096}$"
 # Spelled for both Python and ECMA-262 (JSON Schema): no escaped quote in the classes.
 MIRROR_RE = "^(https?://[^\\s'\"\\\\<>{}|^`]+|file:///[^\\s'\"\\\\<>{}|^`]*)$"
+# a suite (distribution) of a sources.list line: jammy, jammy-updates, noble-security
+SUITE_RE = r"^[a-z0-9][a-z0-9.+-]{0,63}$"
 BMC_ADDRESS_RE = r"^[A-Za-z0-9]([A-Za-z0-9.:%-]*[A-Za-z0-9])?$|^::1?$"
 SYSTEM_ID_RE = r"^[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,127}$"  # no "/", and not "." or ".."
 NO_CONTROL_RE = r"^[^\x00-\x1f\x7f]+$"
@@ -110,6 +113,7 @@ GpuModel = Annotated[str, Field(min_length=1, max_length=63, pattern=LABEL_NAME_
 MirrorUrl = Annotated[str, Field(max_length=2048, pattern=MIRROR_RE),
                      AfterValidator(_no_login)]
 LocalPath = Annotated[str, Field(pattern=PATH_RE)]
+Suite = Annotated[str, Field(pattern=SUITE_RE)]
 PublicKey = Annotated[str, Field(max_length=16_384, pattern=PUBLIC_KEY_RE)]
 BmcAddress = Annotated[str, Field(min_length=1, max_length=253, pattern=BMC_ADDRESS_RE)]
 SystemId = Annotated[str, Field(pattern=SYSTEM_ID_RE)]

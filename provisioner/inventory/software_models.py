@@ -13,7 +13,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
 
-from provisioner.inventory.fields import IPv4Addr, IPv4Net, KubeVersion, LocalPath, MirrorUrl, Model
+from provisioner.inventory.fields import (
+    IPv4Addr,
+    IPv4Net,
+    KubeVersion,
+    LocalPath,
+    MirrorUrl,
+    Model,
+    Suite,
+)
 
 VERSION_RE = re.compile(r"^\d+(\.\d+){0,3}$")
 
@@ -146,6 +154,13 @@ class Software(Model):
     kubernetes: Kubernetes | None = None
     roce: Roce = Roce()
     mirror: MirrorUrl | None = Field(default=None, description="local package mirror (air-gapped)")
+    # A mirror of Ubuntu's archive serves a release in pockets, each a suite of its own
+    # (Ubuntu's own sources name RELEASE, RELEASE-updates and RELEASE-security; one suite per
+    # line, sources.list(5)): the release pocket alone holds what the release shipped with,
+    # no fix, no security update, none of the driver branches published since.
+    mirror_suites: list[Suite] | None = Field(
+        default=None, min_length=1, description="the mirror's suites (default: the "
+        "release, RELEASE-updates and RELEASE-security)")
     mirror_key: LocalPath | None = Field(
         default=None, description="the mirror's signing key (armored .asc or binary .gpg, "
         "relative to the site directory): apt verifies the mirror through signed-by")

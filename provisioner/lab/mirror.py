@@ -45,6 +45,10 @@ from provisioner.payload import KERNEL_HEADERS
 from provisioner.profile import lab_kernel_headers
 
 COMPONENTS = ("main", "restricted", "universe", "multiverse")  # base_os_mirror_components
+# base_os_mirror_suites' default names the release and its two update pockets, as a site's
+# mirror of Ubuntu serves them: the lab serves every package in the release and the pockets
+# empty (a snapshot with no update since), each signed as its own suite.
+SUITES = (SUITE, f"{SUITE}-updates", f"{SUITE}-security")
 DEBIAN_URL = "http://deb.debian.org/debian"
 DEBIAN_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 KEY_NAME = "provisioner-lab-mirror.asc"
@@ -144,9 +148,9 @@ class DebianCache:
 
 
 def _release(dist: Path) -> str:
-    files = sorted(p for p in dist.rglob("*") if p.is_file())
-    lines = ["Origin: provisioner-lab", "Label: provisioner lab mirror", f"Suite: {SUITE}",
-             f"Codename: {SUITE}", f"Date: {formatdate(usegmt=True)}",
+    files = sorted(p for p in dist.rglob("*") if p.is_file() and p.parent != dist)
+    lines = ["Origin: provisioner-lab", "Label: provisioner lab mirror", f"Suite: {dist.name}",
+             f"Codename: {dist.name}", f"Date: {formatdate(usegmt=True)}",
              f"Architectures: {ARCH}", f"Components: {' '.join(COMPONENTS)}",
              "Description: the lab's site mirror (provisioner/lab/mirror.py)"]
     for title, algo in (("MD5Sum", "md5"), ("SHA256", "sha256")):
@@ -206,7 +210,7 @@ def build(wanted: Sequence[tuple[str, str]], out: Path, gnupg_home: Path, cache:
     # closure is computed must not reuse a pool built the old way)
     ident = json.dumps([sorted(planned.standins.items()),
                         sorted((f"{n}={v}", d) for (n, v), d in planned.standin_depends.items()),
-                        sorted(planned.real), STANDIN_VERSION, debian.stamp()])
+                        sorted(planned.real), STANDIN_VERSION, debian.stamp(), SUITES])
     shared = cache / "repos" / hashlib.sha256(ident.encode()).hexdigest()[:16]
     if not (shared / "counts.json").exists():
         _build_pool(shared, planned, debian, cache / "standins")
@@ -257,31 +261,33 @@ def publish(out: Path, gnupg_home: Path) -> Path:
 
 
 def index(out: Path) -> None:
-    """The Packages indexes of `out`/pool/main (every component present, only main used)."""
-    dist = out / "dists" / SUITE
-    for comp in COMPONENTS:
-        (dist / comp / f"binary-{ARCH}").mkdir(parents=True, exist_ok=True)
+    """The Packages indexes of `out`/pool/main: all in the release's main (every component
+    present, only main used), the update pockets empty."""
     packages = _scan(out)
-    for comp in COMPONENTS:
-        text = packages if comp == "main" else ""
-        bdir = dist / comp / f"binary-{ARCH}"
-        (bdir / "Packages").write_text(text)
-        with gzip.open(bdir / "Packages.gz", "wt") as fh:
-            fh.write(text)
+    for suite in SUITES:
+        for comp in COMPONENTS:
+            text = packages if (suite, comp) == (SUITE, "main") else ""
+            bdir = out / "dists" / suite / comp / f"binary-{ARCH}"
+            bdir.mkdir(parents=True, exist_ok=True)
+            (bdir / "Packages").write_text(text)
+            with gzip.open(bdir / "Packages.gz", "wt") as fh:
+                fh.write(text)
 
 
 def sign(out: Path, gnupg_home: Path) -> Path:
-    """Release (hashes of the indexes), signed with a key made for this lab in its own
-    GNUPGHOME (InRelease, Release.gpg); the public key beside it."""
-    dist = out / "dists" / SUITE
-    (dist / "Release").write_text(_release(dist))
+    """Each suite's Release (hashes of its indexes), signed with a key made for this lab in
+    its own GNUPGHOME (InRelease, Release.gpg); the public key beside them."""
     try:
         fpr, public = make_key(gnupg_home)
-        _run([*_gpg(gnupg_home), "--local-user", fpr, "--clearsign", "--digest-algo",
-              "SHA256", "--output", str(dist / "InRelease"), str(dist / "Release")])
-        _run([*_gpg(gnupg_home), "--local-user", fpr, "--armor", "--detach-sign",
-              "--digest-algo", "SHA256", "--output", str(dist / "Release.gpg"),
-              str(dist / "Release")])
+        for suite in SUITES:
+            dist = out / "dists" / suite
+            (dist / "Release").write_text(_release(dist))
+            _run([*_gpg(gnupg_home), "--local-user", fpr, "--clearsign", "--digest-algo",
+                  "SHA256", "--yes", "--output", str(dist / "InRelease"),
+                  str(dist / "Release")])
+            _run([*_gpg(gnupg_home), "--local-user", fpr, "--armor", "--detach-sign",
+                  "--digest-algo", "SHA256", "--yes", "--output", str(dist / "Release.gpg"),
+                  str(dist / "Release")])
     finally:
         _stop_agent(gnupg_home)
     key_file = out / KEY_NAME

@@ -16,6 +16,7 @@ import pytest
 
 from provisioner import profile, render, results, runner
 from provisioner.inventory import load
+from provisioner.lab import mirror
 from tests.conftest import EXAMPLE, requires_ssh_hosts
 from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
 
@@ -88,8 +89,12 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     assert lab.running and lab.mirror is not None and lab.mirror.url == state.mirror["url"]
     assert lab.mirror.real_debs > 10 and lab.mirror.standin_debs > 20
     sources = (dgx / "etc/apt/sources.list").read_text()
-    assert f"deb [signed-by=/etc/apt/keyrings/provisioner-mirror.asc] {state.mirror['url']}" \
-        in sources
+    # one line per suite, the role's default (the host's release and its update pockets),
+    # each verified by apt against the suites the lab serves
+    lines = [ln.split() for ln in sources.splitlines() if ln.startswith("deb ")]
+    assert [ln[3] for ln in lines] == list(mirror.SUITES), sources
+    assert all(ln[1:3] == ["[signed-by=/etc/apt/keyrings/provisioner-mirror.asc]",
+                           state.mirror["url"]] for ln in lines), sources
     assert (dgx / "etc/apt/keyrings/provisioner-mirror.asc").read_text() == \
         Path(state.mirror["key_file"]).read_text()
     pkgs = dpkg_status(dgx)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from provisioner import profile, render
-from provisioner.errors import ConfigError, RenderError
+from provisioner.errors import ConfigError, InventoryError, RenderError
 from provisioner.inventory import load
 from provisioner.lab import mirror, standins
 from provisioner.payload import KERNEL_HEADERS
@@ -100,8 +100,9 @@ def _apt(tmp: Path, key: Path, *args: str, pin: str = "") -> subprocess.Complete
     etc = tmp / "apt"
     for sub in ("lists/partial", "cache/archives/partial", "preferences.d"):
         (etc / sub).mkdir(parents=True, exist_ok=True)
-    (etc / "sources.list").write_text(
-        f"deb [signed-by={key}] file:{tmp / 'repo'} {mirror.SUITE} main\n")
+    # the role's own sources lines, one per suite the lab serves (the update pockets empty)
+    (etc / "sources.list").write_text(_sources(f"file:{tmp / 'repo'}", str(key),
+                                               list(mirror.SUITES), "main"))
     (etc / "preferences.d/pin").write_text(pin)
     (etc / "status").touch()
     opts = ["-o", f"Dir::Etc::SourceList={etc / 'sources.list'}",
@@ -113,6 +114,15 @@ def _apt(tmp: Path, key: Path, *args: str, pin: str = "") -> subprocess.Complete
             "-o", "APT::Sandbox::User=root", "-o", f"APT::Architecture={mirror.ARCH}"]
     return subprocess.run(["apt-get", *opts, *args], capture_output=True, text=True,
                           check=False, timeout=120)
+
+
+def _sources(url: str, key: str, suites: list[str], components: str) -> str:
+    """The sources.list base_os writes, from its own template."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False,
+                             trim_blocks=True)  # as Ansible's template module
+    return env.from_string((ROOT / "roles/base_os/templates/sources.list.j2").read_text()).render(
+        base_os_mirror=url, base_os_mirror_key=key, base_os_mirror_keyring=key,
+        base_os_mirror_suites=suites, base_os_mirror_components=components)
 
 
 def _role_pin(dgx_vars: dict[str, Any]) -> str:
@@ -183,13 +193,23 @@ def test_the_mirror_key_is_rendered_as_signed_by_and_must_exist(tmp_path):
     assert group["base_os_mirror_key"] == "site-mirror-key.asc"
     assert (out / "project/files/site-mirror-key.asc").read_text() == \
         "-----BEGIN PGP PUBLIC KEY BLOCK-----\n"
-    line = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False).from_string(
-        (ROOT / "roles/base_os/templates/sources.list.j2").read_text()).render(
-        base_os_mirror=group["base_os_mirror"], base_os_mirror_key=group["base_os_mirror_key"],
-        base_os_mirror_keyring="/etc/apt/keyrings/provisioner-mirror.asc",
-        base_os_mirror_suites="jammy", base_os_mirror_components="main")
-    assert "deb [signed-by=/etc/apt/keyrings/provisioner-mirror.asc] http://10.0.0.5/ubuntu " \
-        "jammy main" in line
+    assert "base_os_mirror_suites" not in group  # the role's default: the node's release
+    lines = _sources(group["base_os_mirror"], "/etc/apt/keyrings/provisioner-mirror.asc",
+                     ["jammy", "jammy-updates", "jammy-security"], "main").splitlines()[1:]
+    assert lines == [f"deb [signed-by=/etc/apt/keyrings/provisioner-mirror.asc] "
+                     f"http://10.0.0.5/ubuntu {suite} main"
+                     for suite in ("jammy", "jammy-updates", "jammy-security")]
+    # a site whose mirror serves other suites names them; a space would split the line
+    text = (site / "site.yaml").read_text()
+    (site / "site.yaml").write_text(text.replace(
+        "software:\n", "software:\n  mirror_suites: [jammy, jammy-updates]\n", 1))
+    out = render.render(load(site), tmp_path / "out2").out
+    group = yaml.safe_load((out / "inventory/group_vars/all.yml").read_text())
+    assert group["base_os_mirror_suites"] == ["jammy", "jammy-updates"]
+    (site / "site.yaml").write_text(text.replace(
+        "software:\n", "software:\n  mirror_suites: [jammy main]\n", 1))
+    with pytest.raises(InventoryError, match=r"mirror_suites"):
+        load(site)
 
 
 @requires_apt_tools
