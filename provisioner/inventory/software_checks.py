@@ -96,12 +96,35 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
         emit("os-unsupported", ("software", "os"),
              f"the roles cannot install {sw.os}: {UNSUPPORTED_OS[sw.os]}",
              "use ubuntu-22.04, ubuntu-24.04, dgx-os-6 or dgx-os-7")
+    _roce_needs_doca(loaded, emit)
     if sw.mirror is not None and not sw.mirror.startswith(("http://", "https://", "file://")):
         emit("bad-mirror", ("software", "mirror"), f"mirror '{sw.mirror}' is not a URL",
              "write http://mirror.example/ubuntu or file:///srv/mirror")
     if sw.mirror_key is not None and sw.mirror is None:
         emit("mirror-key-without-mirror", ("software", "mirror_key"),
              "mirror_key is set but no mirror is", "set software.mirror, or drop mirror_key")
+
+
+def _roce_needs_doca(loaded: LoadedSite, emit: Emit) -> None:
+    """The RoCE QoS (roce_host) sets trust, PFC and ToS with DOCA-OFED's tools (mlnx_qos,
+    cma_roce_tos) and its mlx5 sysfs (ecn/): on Ubuntu's inbox driver they do not exist, so
+    the QoS would fail on every RoCE node at every boot. DGX OS brings NVIDIA's own OFED
+    builds (MLNX_OFED's release notes list versions "for DGX H100 systems only")."""
+    from provisioner.inventory.topology import has_roce  # topology imports checks
+
+    sw = loaded.site.software
+    if sw.doca is not None or sw.os.startswith("dgx-os"):
+        return
+    roce = sorted(n.hostname for p in loaded.site.placements for n in p.nodes
+                  if has_roce(loaded, n))
+    if roce:
+        shown = ", ".join(roce[:3]) + (f" and {len(roce) - 3} more" if len(roce) > 3 else "")
+        emit("roce-without-doca", ("software",),
+             f"{shown} {'has' if len(roce) == 1 else 'have'} an address on a RoCE network, "
+             "but software.doca is not set: "
+             "the RoCE QoS needs DOCA-OFED (mlnx_qos, cma_roce_tos)",
+             "pin DOCA, for example doca: \"2.9.1\" (its repository, or the site mirror, "
+             "must serve doca-ofed)", at_key=True)
 
 
 def _cuda(loaded: LoadedSite, emit: Emit, cuda: str, branch: str, version: str | None) -> None:

@@ -233,6 +233,22 @@ def test_validate_refuses_an_os_the_roles_cannot_install(tmp_path, os_name):
     assert hit and hit[0].severity.value == "error" and hit[0].location is not None
 
 
+def test_roce_nodes_need_doca_unless_dgx_os_brings_its_own(tmp_path):
+    """The RoCE QoS runs DOCA-OFED's mlnx_qos and cma_roce_tos: without software.doca a RoCE
+    node on Ubuntu would fail it at every boot (fixture invalid/roce_without_doca.yaml)."""
+    from provisioner.inventory.checks import check
+    site = tmp_path / "s.yaml"
+    text = (SITES / "dgx_h100.yaml").read_text()
+    assert 'doca: "2.9.1"' in text
+    site.write_text(text)
+    assert not [f for f in check(load(site)) if f.code == "roce-without-doca"]
+    site.write_text(text.replace('  doca: "2.9.1"', "  os: ubuntu-24.04"))
+    hit = [f for f in check(load(site)) if f.code == "roce-without-doca"]
+    assert hit and hit[0].severity.value == "error" and "gpu01 has" in hit[0].message
+    site.write_text(text.replace('  doca: "2.9.1"', "  os: dgx-os-6"))
+    assert not [f for f in check(load(site)) if f.code == "roce-without-doca"]
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c.split("/")[0] in (
     "dgx-a100", "dgx-h100", "dgx-b200")])
 def test_upgrade_gate_asks_dpkg_for_the_fabric_manager_the_roles_installed(case):

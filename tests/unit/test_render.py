@@ -116,12 +116,14 @@ def test_artifacts_list_what_roles_fetch(tmp_path):
     assert names[("package", "cuda-toolkit-12-8")]["role"] == "cuda_toolkit"
     assert names[("package", "kubeadm")]["version"] == "1.31.4"
     assert ("helm-chart", "nvidia/gpu-operator") in names
-    # RoCE without software.doca: roce_host installs no DOCA, so none is listed
-    assert not any("doca" in name for _, name in names)
+    # DOCA where the site pins it (its RoCE node's QoS needs it), and only there
+    assert names[("package", "doca-ofed")]["version"] == "2.9.1"
     example = {i["name"]: i["version"] for i in render.artifacts(load(EXAMPLE))}
     assert example["doca-ofed"] == "2.9.1"
     dgx1 = {i["name"] for i in render.artifacts(load(SITES / "dgx1.yaml"))}
     assert "cuda-drivers-535" in dgx1 and "nvidia-driver-535-open" not in dgx1
+    assert "doca" not in (SITES / "dgx1.yaml").read_text()
+    assert not any("doca" in name for name in dgx1)
     # One source of truth: every package the rendered host variables hand the roles is
     # listed by --artifacts, and nothing NVIDIA-made is listed that no role installs.
     out = render.render(loaded, tmp_path / "o").out
