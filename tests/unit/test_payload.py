@@ -285,6 +285,23 @@ def test_upgrade_gate_checks_imex_on_gb200_trays_too():
         fabric_manager_packages=list(p.fabric)) == "nvidia-imex"
 
 
+def test_the_upgrade_gate_fails_a_diagnostic_as_the_install_gate_does():
+    """A DCGM diagnostic that reports Fail fails the node in both gates, whatever its exit
+    code (the upgrade's gate used to read the exit code only)."""
+    def diag_fails(role: str) -> list[bool]:
+        task = next(t for t in yaml.safe_load((ROOT / f"roles/{role}/tasks/main.yml")
+                                              .read_text())
+                    if "dcgmi" in str(t.get("ansible.builtin.command", "")))
+        reg, cond = task["register"], task["failed_when"]
+        env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+        return [env.from_string("{{ " + cond + " }}").render(
+            {reg: {"rc": rc, "stdout": out}}) == "True"
+            for rc, out in ((0, "| Memory | Pass |"), (0, "| Memory | Fail - GPU 3 |"),
+                            (226, "| Memory | Fail |"), (1, ""))]
+
+    assert diag_fails("dcgm") == diag_fails("upgrade_gate") == [False, True, True, True]
+
+
 @pytest.mark.parametrize("case", ["dgx-h100/nvidia-580", "dgx-b200/nvidia-580"])
 def test_nvlink5_fabric_manager_gets_ib_umad_loaded_before_it_starts(case):
     p = _payload(*CASES[case])
