@@ -97,6 +97,17 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
              f"the roles cannot install {sw.os}: {UNSUPPORTED_OS[sw.os]}",
              "use ubuntu-22.04, ubuntu-24.04, dgx-os-6 or dgx-os-7")
     _roce_needs_doca(loaded, emit)
+    if drv is not None and drv.source == "canonical" and drv.version and sw.mirror is None:
+        # Ubuntu's archive indexes one build of a package per pocket: an exact pin
+        # resolves while that build is current, then apt finds no candidate on a new node
+        emit("canonical-pin-moves", ("software", "nvidia_driver", "version"),
+             f"driver {drv.version} from Canonical's archive: Ubuntu indexes only the "
+             "current build of each package in each pocket, so this exact pin stops "
+             "resolving for new nodes once Canonical publishes the next one (its modules "
+             "and fabric manager follow that build)",
+             "drop nvidia_driver.version to follow the archive's build of the branch, or "
+             "serve a snapshot that keeps it from software.mirror",
+             severity=Severity.WARNING)
     if sw.mirror is not None and not sw.mirror.startswith(("http://", "https://", "file://")):
         emit("bad-mirror", ("software", "mirror"), f"mirror '{sw.mirror}' is not a URL",
              "write http://mirror.example/ubuntu or file:///srv/mirror")

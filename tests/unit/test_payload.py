@@ -285,6 +285,27 @@ def test_upgrade_gate_checks_imex_on_gb200_trays_too():
         fabric_manager_packages=list(p.fabric)) == "nvidia-imex"
 
 
+def test_an_exact_pin_on_canonicals_archive_is_warned_about(tmp_path):
+    """Ubuntu's archive indexes one build per pocket: an exact driver pin from it resolves
+    only until the next build, unless the site's own mirror keeps it."""
+    from provisioner.inventory.checks import check
+    site = tmp_path / "s.yaml"
+    text = (SITES / "dgx_h100.yaml").read_text()
+    pinned = '{branch: "570", version: "570.124.06", kernel_modules: auto}'
+    assert pinned in text
+
+    def warned(driver: str, extra: str = "") -> list[str]:
+        site.write_text(text.replace(pinned, driver).replace("software:\n",
+                                                             "software:\n" + extra))
+        return [f.severity.value for f in check(load(site)) if f.code == "canonical-pin-moves"]
+
+    assert warned(pinned.replace("}", ", source: canonical}")) == ["warning"]
+    assert warned('{branch: "570", kernel_modules: auto, source: canonical}') == []
+    assert warned(pinned) == []  # NVIDIA's repository keeps every build
+    assert warned(pinned.replace("}", ", source: canonical}"),
+                  "  mirror: http://10.0.0.5/ubuntu\n") == []
+
+
 def test_the_upgrade_gate_fails_a_diagnostic_as_the_install_gate_does():
     """A DCGM diagnostic that reports Fail fails the node in both gates, whatever its exit
     code (the upgrade's gate used to read the exit code only)."""
