@@ -306,6 +306,30 @@ def test_an_exact_pin_on_canonicals_archive_is_warned_about(tmp_path):
                   "  mirror: http://10.0.0.5/ubuntu\n") == []
 
 
+def test_on_dgx_os_the_pin_must_be_the_driver_dgx_os_runs():
+    """DGX OS keeps its own driver while fabric manager and nscq go in at the site's pin:
+    a pin other than the loaded driver is refused before fabric manager is installed."""
+    import base64
+    tasks = yaml.safe_load((ROOT / "roles/nvidia_driver/tasks/main.yml").read_text())
+    names = [t["name"] for t in tasks]
+    read = tasks[names.index("Read the driver DGX OS runs")]
+    check = tasks[names.index("Refuse a driver pin other than the one DGX OS runs")]
+    assert read["ansible.builtin.slurp"]["src"] == "/sys/module/nvidia/version"
+    assert names.index("Refuse a driver pin other than the one DGX OS runs") < names.index(
+        "Install the NVIDIA driver")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["b64decode"] = lambda v: base64.b64decode(v).decode()
+
+    def holds(loaded: str) -> bool:
+        content = base64.b64encode(loaded.encode()).decode()
+        return all(env.from_string("{{ " + cond + " }}").render(
+            nvidia_driver_dgx_os_loaded={"content": content},
+            nvidia_driver_version="570.124.06") == "True"
+            for cond in check["ansible.builtin.assert"]["that"])
+
+    assert holds("570.124.06\n") and not holds("570.133.20\n")
+
+
 def test_the_upgrade_gate_fails_a_diagnostic_as_the_install_gate_does():
     """A DCGM diagnostic that reports Fail fails the node in both gates, whatever its exit
     code (the upgrade's gate used to read the exit code only)."""
