@@ -26,7 +26,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -197,6 +197,12 @@ def _run(ctx: Context, hosts: list[str], opts: UpOptions,
                 journal.stopped(h, STEP_FROM[phase], "not started")
 
 
+def _either(items: Iterable[str]) -> str:
+    """a, b or c: what the skipped tasks need, as the operator reads it."""
+    words = list(items)
+    return " or ".join([", ".join(words[:-1]), words[-1]]) if len(words) > 1 else "".join(words)
+
+
 def state_path(loaded: LoadedSite) -> Path:
     """Where `up` keeps this site's state (the lab's own store while the lab runs)."""
     return for_site(loaded).state_path
@@ -245,8 +251,8 @@ def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
         ctx.notes.append("lab: OS install skipped (the lab provides the OS); "
                          f"{sum(skipped.values())} task(s) a lab host cannot do were skipped "
                          "by tag (" + ", ".join(f"{t}: {n}" for t, n in skipped.items())
-                         + "); they need " + ", ".join(LAB_SKIP_NEEDS.get(t, t) for t, n in
-                                                       skipped.items() if n)
+                         + "); they need " + _either(LAB_SKIP_NEEDS.get(t, t)
+                                                     for t, n in skipped.items() if n)
                          + "; GPU and Kubernetes Ready checks are reported as not verified")
     return UpResult(run_id=run_id, site=loaded.site.site.name, lab=profile.lab,
                     state_path=store.path, project_dir=ctx.project_dir,
