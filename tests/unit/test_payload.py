@@ -330,6 +330,32 @@ def test_on_dgx_os_the_pin_must_be_the_driver_dgx_os_runs():
     assert holds("570.124.06\n") and not holds("570.133.20\n")
 
 
+@pytest.mark.parametrize(("installed", "ok"), [
+    ("1.5.9-0ubuntu3", False),  # Ubuntu 22.04's release pocket: no CRI v1
+    ("1.6.20~ds1-1+b1", True),  # Debian 12 (the lab's hosts)
+    ("1.7.12-0ubuntu2~22.04.1", True), ("2.0.2-0ubuntu1", True), ("1:1.7.27-1", True)])
+def test_a_containerd_without_cri_v1_is_refused(installed, ok):
+    """The role reads containerd's package version and refuses one the kubelet cannot talk
+    to; evaluated with Ansible's own filters, as the play does."""
+    from ansible.plugins.filter.core import regex_replace, regex_search
+    from ansible.plugins.test.core import version_compare
+    task = next(t for t in yaml.safe_load((ROOT / "roles/container_runtime/tasks/main.yml")
+                                          .read_text())
+                if t["name"] == "Refuse a containerd without CRI v1")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters |= {"regex_search": regex_search, "regex_replace": regex_replace}
+    env.tests["version"] = version_compare
+    ctx = {"container_runtime_containerd_version": {"stdout": installed, "rc": 0},
+           "container_runtime_containerd_min_version": yaml.safe_load(
+               (ROOT / "roles/container_runtime/defaults/main.yml").read_text())[
+               "container_runtime_containerd_min_version"]}
+    ctx["container_runtime_containerd_found"] = env.from_string(
+        task["vars"]["container_runtime_containerd_found"]).render(ctx)
+    held = [env.from_string("{{ " + c + " }}").render(ctx) == "True"
+            for c in task["ansible.builtin.assert"]["that"]]
+    assert all(held) is ok
+
+
 def test_the_upgrade_gate_fails_a_diagnostic_as_the_install_gate_does():
     """A DCGM diagnostic that reports Fail fails the node in both gates, whatever its exit
     code (the upgrade's gate used to read the exit code only)."""
