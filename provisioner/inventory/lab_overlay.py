@@ -17,9 +17,13 @@ def apply(merged: dict[str, Any], data: dict[str, Any]) -> tuple[frozenset[str],
         site["ssh"] = {**(site.get("ssh") or {}), **data["ssh"]}
     software = merged.get("software")
     if isinstance(data.get("software"), dict) and isinstance(software, dict):
-        # the lab's signed mirror, set exactly as an air-gapped site sets its own
-        software.update({k: v for k, v in data["software"].items()
-                         if k in ("mirror", "mirror_key")})
+        # the lab's signed mirror, set exactly as an air-gapped site sets its own; a site's
+        # own suites name its own mirror's: the lab's replace them (without them the role's
+        # default, from the host's release, names the lab's suites itself)
+        lab_sw = data["software"]
+        software.update({k: v for k, v in lab_sw.items() if k in ("mirror", "mirror_key")})
+        if "mirror_suites" in software and "mirror_suites" in lab_sw:
+            software["mirror_suites"] = lab_sw["mirror_suites"]
     _overlay_execution(merged, data.get("execution"))
     endpoints: dict[str, Any] = data["bmc"]
     switches: dict[str, Any] = (data["switches"] if isinstance(data.get("switches"), dict)

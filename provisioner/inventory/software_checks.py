@@ -111,6 +111,10 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     if sw.mirror is not None and not sw.mirror.startswith(("http://", "https://", "file://")):
         emit("bad-mirror", ("software", "mirror"), f"mirror '{sw.mirror}' is not a URL",
              "write http://mirror.example/ubuntu or file:///srv/mirror")
+    if sw.mirror_suites is not None and sw.mirror is None:
+        emit("mirror-suites-without-mirror", ("software", "mirror_suites"),
+             "mirror_suites is set but no mirror is: the nodes keep their own sources",
+             "set software.mirror, or drop mirror_suites", severity=Severity.WARNING)
     if sw.mirror_key is not None and sw.mirror is None:
         emit("mirror-key-without-mirror", ("software", "mirror_key"),
              "mirror_key is set but no mirror is", "set software.mirror, or drop mirror_key")

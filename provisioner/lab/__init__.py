@@ -343,7 +343,8 @@ def _write_overlay(loaded: LoadedSite, state: LabState, pw_file: Path) -> None:
                       "private_key_file": str(lab_dir(loaded) / "ssh" / "id_ed25519")}
     if state.mirror:
         doc["software"] = {"mirror": state.mirror["url"],
-                           "mirror_key": state.mirror["key_file"]}
+                           "mirror_key": state.mirror["key_file"],
+                           "mirror_suites": list(mirror_mod.SUITES)}
     doc |= execution_mod.overlay(lab_dir(loaded), state.execution_hosts)
     overlay_path.parent.mkdir(parents=True, exist_ok=True)
     overlay_path.write_text("# Written by `provision lab up`; removed by `provision lab down`.\n"

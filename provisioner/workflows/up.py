@@ -251,8 +251,9 @@ def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
         ctx.notes.append("lab: OS install skipped (the lab provides the OS); "
                          f"{sum(skipped.values())} task(s) a lab host cannot do were skipped "
                          "by tag (" + ", ".join(f"{t}: {n}" for t, n in skipped.items())
-                         + "); they need " + _either(LAB_SKIP_NEEDS.get(t, t)
-                                                     for t, n in skipped.items() if n)
+                         + ")" + ("; they need " + _either(LAB_SKIP_NEEDS.get(t, t)
+                                                           for t, n in skipped.items() if n)
+                                  if any(skipped.values()) else "")
                          + "; GPU and Kubernetes Ready checks are reported as not verified")
     return UpResult(run_id=run_id, site=loaded.site.site.name, lab=profile.lab,
                     state_path=store.path, project_dir=ctx.project_dir,

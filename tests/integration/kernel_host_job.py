@@ -47,6 +47,8 @@ print(json.dumps({
     "sysctl": {k: open("/proc/sys/" + k.replace(".", "/")).read().split()
                if os.path.exists("/proc/sys/" + k.replace(".", "/")) else None
                for k in KEYS},
+    "files": {p: os.path.exists(p) for p in ("/etc/sysctl.d/90-provisioner.conf",
+              "/etc/modules-load.d/provisioner.conf", "/etc/modprobe.d/blacklist-nouveau.conf")},
     "initrd_mtime": os.stat(initrd).st_mtime,
     "initrd_files": subprocess.run(["lsinitramfs", initrd], capture_output=True,
                                    text=True).stdout.splitlines(),

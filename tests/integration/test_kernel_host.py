@@ -76,6 +76,9 @@ def test_a_check_run_passes_and_changes_nothing(found):
     assert [line.split()[0] for line in before["swaps"]] == ["/dev/vdb"]
     assert before["sysctl"]["vm.max_map_count"] == ["65530"]  # the kernel's default
     assert "etc/modprobe.d/blacklist-nouveau.conf" not in before["initrd_files"]
+    # nor a file written: the roles' own, and fstab's swap line
+    assert not any(before["files"].values()), before["files"]
+    assert "disabled by provisioner" not in before["fstab"]
 
 
 def test_every_kernel_bound_task_ran_for_real(found):
@@ -99,6 +102,7 @@ def test_modules_sysctls_swap_and_initramfs_took_effect(found):
     assert "# /dev/vdb none swap sw 0 0  # disabled by provisioner" in after["fstab"]
     assert after["initrd_mtime"] > before["initrd_mtime"]
     assert "etc/modprobe.d/blacklist-nouveau.conf" in after["initrd_files"]
+    assert all(after["files"].values()), after["files"]
 
 
 def test_a_second_run_puts_back_a_value_changed_by_hand_and_changes_nothing_else(found):

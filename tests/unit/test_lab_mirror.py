@@ -199,6 +199,9 @@ def test_the_mirror_key_is_rendered_as_signed_by_and_must_exist(tmp_path):
     assert lines == [f"deb [signed-by=/etc/apt/keyrings/provisioner-mirror.asc] "
                      f"http://10.0.0.5/ubuntu {suite} main"
                      for suite in ("jammy", "jammy-updates", "jammy-security")]
+    # a suite given as a string (the role's former form, an -e override) is one suite
+    assert _sources("http://m/ubuntu", "k", "jammy", "main").splitlines()[1:] == [
+        "deb [signed-by=k] http://m/ubuntu jammy main"]
     # a site whose mirror serves other suites names them; a space would split the line
     text = (site / "site.yaml").read_text()
     (site / "site.yaml").write_text(text.replace(

@@ -1,0 +1,148 @@
+"""What validate and the roles refuse before a site half-installs: DOCA for RoCE nodes, an
+exact pin on Canonical's archive, the site mirror's suites, a DGX OS pin other than the
+driver it runs, a containerd without CRI v1, and a DCGM diagnostic that reports Fail (the
+upgrade's gate as the install's). The roles' checks are evaluated from their own files,
+with Ansible's own filters where they use them."""
+
+from __future__ import annotations
+
+import jinja2
+import pytest
+import yaml
+
+from provisioner.errors import InventoryError
+from provisioner.inventory import load
+from tests.conftest import FIXTURES, ROOT
+
+SITES = FIXTURES / "sites"
+
+
+def test_roce_nodes_need_doca_unless_dgx_os_brings_its_own(tmp_path):
+    """The RoCE QoS runs DOCA-OFED's mlnx_qos and cma_roce_tos: without software.doca a RoCE
+    node on Ubuntu would fail it at every boot (fixture invalid/roce_without_doca.yaml)."""
+    from provisioner.inventory.checks import check
+    site = tmp_path / "s.yaml"
+    text = (SITES / "dgx_h100.yaml").read_text()
+    assert 'doca: "2.9.1"' in text
+    site.write_text(text)
+    assert not [f for f in check(load(site)) if f.code == "roce-without-doca"]
+    site.write_text(text.replace('  doca: "2.9.1"', "  os: ubuntu-24.04"))
+    hit = [f for f in check(load(site)) if f.code == "roce-without-doca"]
+    assert hit and hit[0].severity.value == "error" and "gpu01 has" in hit[0].message
+    site.write_text(text.replace('  doca: "2.9.1"', "  os: dgx-os-6"))
+    assert not [f for f in check(load(site)) if f.code == "roce-without-doca"]
+
+
+def test_an_exact_pin_on_canonicals_archive_is_warned_about(tmp_path):
+    """Ubuntu's archive indexes one build per pocket: an exact driver pin from it resolves
+    only until the next build, unless the site's own mirror keeps it."""
+    from provisioner.inventory.checks import check
+    site = tmp_path / "s.yaml"
+    text = (SITES / "dgx_h100.yaml").read_text()
+    pinned = '{branch: "570", version: "570.124.06", kernel_modules: auto}'
+    assert pinned in text
+
+    def warned(driver: str, extra: str = "") -> list[str]:
+        site.write_text(text.replace(pinned, driver).replace("software:\n",
+                                                             "software:\n" + extra))
+        return [f.severity.value for f in check(load(site)) if f.code == "canonical-pin-moves"]
+
+    assert warned(pinned.replace("}", ", source: canonical}")) == ["warning"]
+    assert warned('{branch: "570", kernel_modules: auto, source: canonical}') == []
+    assert warned(pinned) == []  # NVIDIA's repository keeps every build
+    assert warned(pinned.replace("}", ", source: canonical}"),
+                  "  mirror: http://10.0.0.5/ubuntu\n") == []
+
+
+def test_on_dgx_os_the_pin_must_be_the_driver_dgx_os_runs():
+    """DGX OS keeps its own driver while fabric manager and nscq go in at the site's pin:
+    a pin other than the loaded driver is refused before fabric manager is installed."""
+    import base64
+    tasks = yaml.safe_load((ROOT / "roles/nvidia_driver/tasks/main.yml").read_text())
+    names = [t["name"] for t in tasks]
+    read = tasks[names.index("Read the driver DGX OS runs")]
+    check = tasks[names.index("Refuse a driver pin other than the one DGX OS runs")]
+    assert read["ansible.builtin.slurp"]["src"] == "/sys/module/nvidia/version"
+    assert names.index("Refuse a driver pin other than the one DGX OS runs") < names.index(
+        "Install the NVIDIA driver")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["b64decode"] = lambda v: base64.b64decode(v).decode()
+
+    def holds(loaded: str) -> bool:
+        content = base64.b64encode(loaded.encode()).decode()
+        return all(env.from_string("{{ " + cond + " }}").render(
+            nvidia_driver_dgx_os_loaded={"content": content},
+            nvidia_driver_version="570.124.06") == "True"
+            for cond in check["ansible.builtin.assert"]["that"])
+
+    assert holds("570.124.06\n") and not holds("570.133.20\n")
+
+
+@pytest.mark.parametrize(("installed", "ok"), [
+    ("1.5.9-0ubuntu3", False),  # Ubuntu 22.04's release pocket: no CRI v1
+    ("1.6.20~ds1-1+b1", True),  # Debian 12 (the lab's hosts)
+    ("1.7.12-0ubuntu2~22.04.1", True), ("2.0.2-0ubuntu1", True), ("1:1.7.27-1", True)])
+def test_a_containerd_without_cri_v1_is_refused(installed, ok):
+    """The role reads containerd's package version and refuses one the kubelet cannot talk
+    to; evaluated with Ansible's own filters, as the play does."""
+    from ansible.plugins.filter.core import regex_replace, regex_search
+    from ansible.plugins.test.core import version_compare
+    task = next(t for t in yaml.safe_load((ROOT / "roles/container_runtime/tasks/main.yml")
+                                          .read_text())
+                if t["name"] == "Refuse a containerd without CRI v1")
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters |= {"regex_search": regex_search, "regex_replace": regex_replace}
+    env.tests["version"] = version_compare
+    ctx = {"container_runtime_containerd_version": {"stdout": installed, "rc": 0},
+           "container_runtime_containerd_min_version": yaml.safe_load(
+               (ROOT / "roles/container_runtime/defaults/main.yml").read_text())[
+               "container_runtime_containerd_min_version"]}
+    ctx["container_runtime_containerd_found"] = env.from_string(
+        task["vars"]["container_runtime_containerd_found"]).render(ctx)
+    held = [env.from_string("{{ " + c + " }}").render(ctx) == "True"
+            for c in task["ansible.builtin.assert"]["that"]]
+    assert all(held) is ok
+
+
+def test_the_upgrade_gate_fails_a_diagnostic_as_the_install_gate_does():
+    """A DCGM diagnostic that reports Fail fails the node in both gates, whatever its exit
+    code (the upgrade's gate used to read the exit code only)."""
+    def diag_fails(role: str) -> list[bool]:
+        task = next(t for t in yaml.safe_load((ROOT / f"roles/{role}/tasks/main.yml")
+                                              .read_text())
+                    if "dcgmi" in str(t.get("ansible.builtin.command", "")))
+        reg, cond = task["register"], task["failed_when"]
+        env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+        return [env.from_string("{{ " + cond + " }}").render(
+            {reg: {"rc": rc, "stdout": out}}) == "True"
+            for rc, out in ((0, "| Memory | Pass |"), (0, "| Memory | Fail - GPU 3 |"),
+                            (226, "| Memory | Fail |"), (1, ""))]
+
+    assert diag_fails("dcgm") == diag_fails("upgrade_gate") == [False, True, True, True]
+
+
+def test_the_mirror_suites_are_named_once_and_only_with_a_mirror(tmp_path):
+    from provisioner.inventory.checks import check
+    site = tmp_path / "s.yaml"
+    text = (SITES / "dgx_h100.yaml").read_text()
+    site.write_text(text.replace("software:\n", "software:\n  mirror_suites: [jammy]\n"))
+    hit = [f for f in check(load(site)) if f.code == "mirror-suites-without-mirror"]
+    assert hit and hit[0].severity.value == "warning"
+    site.write_text(text.replace("software:\n", "software:\n  mirror: http://10.0.0.5/ubuntu\n"
+                                 "  mirror_suites: [jammy, jammy]\n"))
+    with pytest.raises(InventoryError, match="names a suite twice"):
+        load(site)
+
+
+def test_the_lab_serves_its_own_suites_in_place_of_a_sites():
+    """A site's mirror_suites name its own mirror's; under the lab's overlay the lab mirror's
+    replace them, and a site without them keeps the role's default."""
+    from provisioner.inventory import lab_overlay
+    lab = {"bmc": {}, "software": {"mirror": "http://10.250.0.1:8000/", "mirror_key": "k.asc",
+                                   "mirror_suites": ["bookworm", "bookworm-updates"]}}
+    own = {"software": {"mirror": "http://mirror.site/ubuntu", "mirror_suites": ["jammy"]}}
+    lab_overlay.apply(own, lab)
+    assert own["software"] == lab["software"]
+    bare: dict[str, dict[str, object]] = {"software": {}}
+    lab_overlay.apply(bare, lab)
+    assert "mirror_suites" not in bare["software"] and bare["software"]["mirror_key"] == "k.asc"
