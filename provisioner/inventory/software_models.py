@@ -161,13 +161,13 @@ class Software(Model):
     mirror_suites: list[Suite] | None = Field(
         default=None, min_length=1, description="the mirror's suites (default: the "
         "release, RELEASE-updates and RELEASE-security)")
+    mirror_key: LocalPath | None = Field(
+        default=None, description="the mirror's signing key (armored .asc or binary .gpg, "
+        "relative to the site directory): apt verifies the mirror through signed-by")
+    sources: Sources = Sources()
 
     @model_validator(mode="after")
     def _suites_once(self) -> Software:
         if self.mirror_suites and len(set(self.mirror_suites)) != len(self.mirror_suites):
             raise ValueError("mirror_suites names a suite twice (apt would read it twice)")
         return self
-    mirror_key: LocalPath | None = Field(
-        default=None, description="the mirror's signing key (armored .asc or binary .gpg, "
-        "relative to the site directory): apt verifies the mirror through signed-by")
-    sources: Sources = Sources()
