@@ -8,7 +8,12 @@ import shutil
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
+import jinja2
 import pytest
+import yaml
+from ansible.plugins.filter import core as ansible_filters
+from ansible.plugins.filter import mathstuff as ansible_math
+from ansible.plugins.test import core as ansible_tests
 
 from provisioner.lifecycle import LIFECYCLE, Phase
 from provisioner.state import StateStore
@@ -106,3 +111,30 @@ def scratch_lab_network() -> tuple[IPv4Network, IPv4Address, IPv4Address]:
     third = secrets.randbelow(200) + 20
     return (IPv4Network(f"10.250.{third}.0/24"), IPv4Address(f"10.250.{third}.1"),
             IPv4Address(f"10.250.{third}.5"))
+
+
+def ansible_jinja() -> jinja2.Environment:
+    """Jinja with Ansible's own core filters and tests: a unit test evaluates a role's
+    expression (a `when`, an assert's `that`, a role variable) as the play would, not with
+    stand-ins of its own."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    # the ones Jinja lacks: Ansible's own versions of Jinja's (default, map, defined...)
+    # lean on Ansible's templar and break outside it
+    plugins = (ansible_filters.FilterModule().filters()
+               | ansible_math.FilterModule().filters())
+    env.filters |= {k: f for k, f in plugins.items() if k not in env.filters}
+    env.tests |= {k: t for k, t in ansible_tests.TestModule().tests().items()
+                  if k not in env.tests}
+    return env
+
+
+def holds(expr: str, env: jinja2.Environment | None = None, **ctx: object) -> bool:
+    """Whether a role's bare expression (a `when`, `that` or `failed_when`) is true in ctx."""
+    env = env or ansible_jinja()
+    return env.from_string("{{ " + expr + " }}").render(**ctx).strip() == "True"
+
+
+def role_task(role: str, name: str, file: str = "tasks/main.yml") -> dict[str, object]:
+    """The task (or handler) called `name` in a role's file."""
+    tasks = yaml.safe_load((ROOT / "roles" / role / file).read_text())
+    return next(t for t in tasks if t.get("name") == name)

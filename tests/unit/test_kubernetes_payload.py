@@ -19,7 +19,7 @@ import yaml
 from provisioner import render, sources
 from provisioner.inventory import load
 from provisioner.inventory.software_models import Kubernetes
-from tests.conftest import EXAMPLE, FIXTURES, ROOT
+from tests.conftest import EXAMPLE, FIXTURES, ROOT, ansible_jinja, holds
 
 ROLE = ROOT / "roles" / "kubernetes"
 
@@ -395,10 +395,7 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
                      "version", "Move this cluster member to the pinned version with kubeadm"]
 
     role_vars = _yaml(ROOT / "roles/kubernetes/vars/main.yml")
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    env.filters["bool"] = lambda v: v is True or str(v).strip().lower() in ("true", "yes")
-    env.filters["b64decode"] = lambda v: base64.b64decode(v).decode()
-    env.filters["intersect"] = lambda a, b: [x for x in a if x in b]
+    env = ansible_jinja()
 
     def ask(expr: str, **ctx: Any) -> bool:
         # a task its `when` skipped is still registered, as Ansible does, without stdout
@@ -409,7 +406,7 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
         for name in ("kubernetes_apiserver_moved", "kubernetes_moves",
                      "kubernetes_cluster_moved"):
             ctx.setdefault(name, env.from_string(role_vars[name]).render(**ctx).strip())
-        return env.from_string("{{ " + expr + " }}").render(**ctx).strip() == "True"
+        return holds(expr, env, **ctx)
 
     apply_when = by["Upgrade the control plane (the first control plane to move)"]["when"]
     node_when = by["Upgrade this node's components and kubelet configuration"]["when"]

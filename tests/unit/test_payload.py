@@ -19,7 +19,7 @@ from provisioner import payload, render
 from provisioner.inventory import load
 from provisioner.inventory.loader import shipped_catalog
 from provisioner.inventory.software_models import Software
-from tests.conftest import FIXTURES, ROOT
+from tests.conftest import FIXTURES, ROOT, ansible_jinja
 
 SITES = FIXTURES / "sites"
 GOLDEN = ROOT / "tests" / "golden" / "payload" / "packages.yml"
@@ -255,8 +255,7 @@ def test_upgrade_gate_checks_imex_on_gb200_trays_too():
     at the driver's version too (it used to check only NVSwitch systems)."""
     p = _payload(*CASES["gb200-nvl72-tray/nvidia-580"])
     defaults = yaml.safe_load((ROOT / "roles/upgrade_gate/defaults/main.yml").read_text())
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    env.filters["bool"] = lambda v: v is True or str(v).lower() in ("true", "yes", "1")
+    env = ansible_jinja()
 
     def on(**host: object) -> bool:
         return env.from_string(defaults["upgrade_gate_fabric_manager"]).render(

@@ -6,13 +6,14 @@ with Ansible's own filters where they use them."""
 
 from __future__ import annotations
 
-import jinja2
+import base64
+
 import pytest
 import yaml
 
 from provisioner.errors import InventoryError
 from provisioner.inventory import load
-from tests.conftest import FIXTURES, ROOT
+from tests.conftest import FIXTURES, ROOT, ansible_jinja, holds, role_task
 
 SITES = FIXTURES / "sites"
 
@@ -57,25 +58,20 @@ def test_an_exact_pin_on_canonicals_archive_is_warned_about(tmp_path):
 def test_on_dgx_os_the_pin_must_be_the_driver_dgx_os_runs():
     """DGX OS keeps its own driver while fabric manager and nscq go in at the site's pin:
     a pin other than the loaded driver is refused before fabric manager is installed."""
-    import base64
     tasks = yaml.safe_load((ROOT / "roles/nvidia_driver/tasks/main.yml").read_text())
     names = [t["name"] for t in tasks]
-    read = tasks[names.index("Read the driver DGX OS runs")]
-    check = tasks[names.index("Refuse a driver pin other than the one DGX OS runs")]
+    read = role_task("nvidia_driver", "Read the driver DGX OS runs")
+    check = role_task("nvidia_driver", "Refuse a driver pin other than the one DGX OS runs")
     assert read["ansible.builtin.slurp"]["src"] == "/sys/module/nvidia/version"
-    assert names.index("Refuse a driver pin other than the one DGX OS runs") < names.index(
-        "Install the NVIDIA driver")
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    env.filters["b64decode"] = lambda v: base64.b64decode(v).decode()
+    assert names.index(check["name"]) < names.index("Install the NVIDIA driver")
 
-    def holds(loaded: str) -> bool:
+    def pin_holds(loaded: str) -> bool:
         content = base64.b64encode(loaded.encode()).decode()
-        return all(env.from_string("{{ " + cond + " }}").render(
-            nvidia_driver_dgx_os_loaded={"content": content},
-            nvidia_driver_version="570.124.06") == "True"
-            for cond in check["ansible.builtin.assert"]["that"])
+        return all(holds(cond, nvidia_driver_dgx_os_loaded={"content": content},
+                         nvidia_driver_version="570.124.06")
+                   for cond in check["ansible.builtin.assert"]["that"])
 
-    assert holds("570.124.06\n") and not holds("570.133.20\n")
+    assert pin_holds("570.124.06\n") and not pin_holds("570.133.20\n")
 
 
 @pytest.mark.parametrize(("installed", "ok"), [
@@ -85,23 +81,14 @@ def test_on_dgx_os_the_pin_must_be_the_driver_dgx_os_runs():
 def test_a_containerd_without_cri_v1_is_refused(installed, ok):
     """The role reads containerd's package version and refuses one the kubelet cannot talk
     to; evaluated with Ansible's own filters, as the play does."""
-    from ansible.plugins.filter.core import regex_replace, regex_search
-    from ansible.plugins.test.core import version_compare
-    task = next(t for t in yaml.safe_load((ROOT / "roles/container_runtime/tasks/main.yml")
-                                          .read_text())
-                if t["name"] == "Refuse a containerd without CRI v1")
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    env.filters |= {"regex_search": regex_search, "regex_replace": regex_replace}
-    env.tests["version"] = version_compare
+    task = role_task("container_runtime", "Refuse a containerd without CRI v1")
     ctx = {"container_runtime_containerd_version": {"stdout": installed, "rc": 0},
            "container_runtime_containerd_min_version": yaml.safe_load(
                (ROOT / "roles/container_runtime/defaults/main.yml").read_text())[
                "container_runtime_containerd_min_version"]}
-    ctx["container_runtime_containerd_found"] = env.from_string(
+    ctx["container_runtime_containerd_found"] = ansible_jinja().from_string(
         task["vars"]["container_runtime_containerd_found"]).render(ctx)
-    held = [env.from_string("{{ " + c + " }}").render(ctx) == "True"
-            for c in task["ansible.builtin.assert"]["that"]]
-    assert all(held) is ok
+    assert all(holds(c, **ctx) for c in task["ansible.builtin.assert"]["that"]) is ok
 
 
 def test_the_upgrade_gate_fails_a_diagnostic_as_the_install_gate_does():
@@ -112,11 +99,9 @@ def test_the_upgrade_gate_fails_a_diagnostic_as_the_install_gate_does():
                                               .read_text())
                     if "dcgmi" in str(t.get("ansible.builtin.command", "")))
         reg, cond = task["register"], task["failed_when"]
-        env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-        return [env.from_string("{{ " + cond + " }}").render(
-            {reg: {"rc": rc, "stdout": out}}) == "True"
-            for rc, out in ((0, "| Memory | Pass |"), (0, "| Memory | Fail - GPU 3 |"),
-                            (226, "| Memory | Fail |"), (1, ""))]
+        return [holds(cond, **{reg: {"rc": rc, "stdout": out}})
+                for rc, out in ((0, "| Memory | Pass |"), (0, "| Memory | Fail - GPU 3 |"),
+                                (226, "| Memory | Fail |"), (1, ""))]
 
     assert diag_fails("dcgm") == diag_fails("upgrade_gate") == [False, True, True, True]
 
