@@ -102,7 +102,7 @@ def _run(pdd: Path, *, check: bool = False) -> dict[str, Any]:
     if STOP.is_set():
         raise SystemExit(143)
     return {"ok": result.ok, "failures": [e.describe() for e in result.failures],
-            "events": [[e.role, e.task, e.status, e.check_mode] for e in result.events]}
+            "events": [[e.role, e.task, e.status] for e in result.events]}
 
 
 def main(argv: list[str]) -> int:

@@ -67,9 +67,9 @@ def test_a_check_run_passes_and_changes_nothing(found):
     read to judge in check mode, is skipped rather than failing on the missing result."""
     check = found["check"]
     assert check["ok"], check["failures"]
-    predicted = [t for _r, t, status, _c in check["events"] if status == "changed"]
+    predicted = [t for _r, t, status in check["events"] if status == "changed"]
     assert "Kernel parameters for GPU and RDMA hosts" in predicted
-    statuses = {t: status for _r, t, status, _c in check["events"]}
+    statuses = {t: status for _r, t, status in check["events"]}
     assert statuses["Check that every kernel parameter took"] == "skipped"
     before = found["before"]
     assert not set(MODULES) & set(before["modules"]), before["modules"]
@@ -87,7 +87,7 @@ def test_every_kernel_bound_task_ran_for_real(found):
                     if "needs_kernel" in tags}
     assert len(kernel_bound) == profile.skipped_tasks(
         ROOT / "roles", profile.LAB_SKIP_TAGS)["needs_kernel"]
-    ran = {(role, task) for role, task, status, _check in found["first"]["events"]
+    ran = {(role, task) for role, task, status in found["first"]["events"]
            if status in ("ok", "changed")}
     assert kernel_bound <= ran, kernel_bound - ran
 
@@ -112,11 +112,11 @@ def test_a_second_run_puts_back_a_value_changed_by_hand_and_changes_nothing_else
     emulated CPU)."""
     second = found["second"]
     assert second["ok"], second["failures"]
-    changed = [t for _r, t, status, _c in second["events"] if status == "changed"]
+    changed = [t for _r, t, status in second["events"] if status == "changed"]
     assert sorted(changed) == ["Apply kernel parameters", "Load kernel modules",
                                "Read the running kernel parameters"]
     assert found["after_second"]["sysctl"]["vm.max_map_count"] == ["262144"]
     # fabric manager's modules and the initramfs, whose files did not change, were left alone
-    ran = {t for _r, t, status, _c in second["events"] if status != "skipped"}
+    ran = {t for _r, t, status in second["events"] if status != "skipped"}
     assert not {"Load fabric manager's kernel modules", "Rebuild the initramfs"} & ran
     assert "Turn swap off now" not in ran  # no swap is on any more
