@@ -19,7 +19,7 @@ import yaml
 from provisioner import render, sources
 from provisioner.inventory import load
 from provisioner.inventory.software_models import Kubernetes
-from tests.conftest import EXAMPLE, FIXTURES, ROOT, ansible_jinja, holds
+from tests.conftest import EXAMPLE, FIXTURES, ROOT, ansible_jinja, holds, role_task
 
 ROLE = ROOT / "roles" / "kubernetes"
 
@@ -313,12 +313,43 @@ def test_one_node_feature_discovery_when_both_operators_run():
     tasks = {t["name"]: t for t in _yaml(ROLE / "tasks/main.yml")}
     gpu = tasks["Install the GPU Operator, keeping the host-installed driver and toolkit"]
     net = tasks["Install the Network Operator for RoCE"]
-    assert not any("nfd" in v for v in gpu["vars"]["kubernetes_release"]["values"])
+    assert not any("nfd" in v for v in _gpu_operator_values(gpu, host_dcgm=True))
     [nfd] = net["vars"]["kubernetes_release"]["values"]
     env = jinja2.Environment()
     for gpu_operator, enabled in ((True, "false"), (False, "true")):
         assert env.from_string(nfd.replace("| bool", "")).render(
             kubernetes_gpu_operator=gpu_operator) == f"nfd.enabled={enabled}"
+
+
+def _gpu_operator_values(task: dict[str, Any], *, host_dcgm: bool) -> list[str]:
+    """The GPU Operator's --set values as the play evaluates them."""
+    expr = task["vars"]["kubernetes_release"]["values"].strip()
+    assert expr.startswith("{{") and expr.endswith("}}")
+    d = _yaml(ROLE / "defaults/main.yml")
+    return list(ansible_jinja().compile_expression(expr[2:-2])(
+        kubernetes_gpu_operator_host_driver=True, kubernetes_gpu_operator_host_dcgm=host_dcgm,
+        kubernetes_gpu_operator_host_dcgm_port=d["kubernetes_gpu_operator_host_dcgm_port"]))
+
+
+def test_the_gpu_operators_exporter_reads_the_host_engine_the_dcgm_role_runs():
+    """One DCGM host engine per GPU node: the dcgm role starts nvidia-dcgm (nv-hostengine on
+    127.0.0.1:5555), so the GPU Operator's exporter connects to it over the host network
+    instead of starting an embedded engine with its own inventory and cache."""
+    d = _yaml(ROLE / "defaults/main.yml")
+    assert d["kubernetes_gpu_operator_host_dcgm"] is True
+    assert d["kubernetes_gpu_operator_host_dcgm_port"] == 5555
+    started = role_task("dcgm", "Start the DCGM host engine and enable it at boot")
+    assert started["ansible.builtin.systemd_service"] == {
+        "name": "nvidia-dcgm", "state": "started", "enabled": True}
+    gpu = role_task("kubernetes", "Install the GPU Operator, keeping the host-installed "
+                    "driver and toolkit")
+    values = _gpu_operator_values(gpu, host_dcgm=True)
+    assert values == ["driver.enabled=false", "toolkit.enabled=false", "dcgm.enabled=false",
+                      "dcgmExporter.env[0].name=DCGM_REMOTE_HOSTENGINE_INFO",
+                      # the operator turns on hostNetwork only for an address at "localhost"
+                      "dcgmExporter.env[0].value=localhost:5555"]
+    assert _gpu_operator_values(gpu, host_dcgm=False) == [
+        "driver.enabled=false", "toolkit.enabled=false"]
 
 
 @pytest.mark.parametrize("api", ["kubeadm.k8s.io/v1beta4", "kubeadm.k8s.io/v1beta3"])
