@@ -65,6 +65,25 @@ def test_each_cni_renders_a_pinned_version(tmp_path):
             assert sources.CNI_VERSIONS[cni] in gv["kubernetes_cni_manifest_url"]
 
 
+def test_flannel_takes_the_sites_pod_network():
+    """kube-flannel.yml ships 10.244.0.0/16: a site with its own pod CIDR gets it in
+    net-conf.json before the manifest is applied (Python's re, as Ansible's replace uses)."""
+    names = [t["name"] for t in _yaml(ROLE / "tasks/main.yml")]
+    assert names.index("Fetch the pinned CNI manifest") < names.index(
+        "Give flannel the site's pod network") < names.index("Install the CNI from its manifest")
+    task = role_task("kubernetes", "Give flannel the site's pod network")
+    replace = task["ansible.builtin.replace"]
+    shipped = ('  net-conf.json: |\n    {\n      "Network": "10.244.0.0/16",\n'
+               '      "EnableNFTables": false,\n      "Backend": {\n        "Type": "vxlan"\n'
+               '      }\n    }\n')
+    new = jinja2.Environment().from_string(replace["replace"]).render(
+        kubernetes_pod_cidr="10.32.0.0/12")
+    edited = re.sub(replace["regexp"], new, shipped)
+    assert '"Network": "10.32.0.0/12",' in edited and "10.244" not in edited
+    assert re.sub(replace["regexp"], new, edited) == edited  # a second run changes nothing
+    assert "kubernetes_cni == 'flannel'" in task["when"]
+
+
 def test_operators_are_pinned(tmp_path):
     for version in (sources.GPU_OPERATOR_CHART_VERSION, sources.NETWORK_OPERATOR_CHART_VERSION):
         assert re.fullmatch(r"v?\d+\.\d+\.\d+", version)
@@ -98,6 +117,9 @@ def test_vip_is_the_control_plane_endpoint_served_by_kube_vip(tmp_path):
     docs = list(yaml.safe_load_all(init))
     cluster = next(d for d in docs if d["kind"] == "ClusterConfiguration")
     assert cluster["controlPlaneEndpoint"] == "10.1.0.5:6443"
+    # init's own bootstrap token lives as long as the role's join tokens, not kubeadm's 24 h
+    init_doc = next(d for d in docs if d["kind"] == "InitConfiguration")
+    assert init_doc["bootstrapTokens"] == [{"ttl": "2h0m0s"}]
     assert cluster["apiServer"]["certSANs"] == ["10.1.0.5"]
     pod = yaml.safe_load(_template("kubernetes", "kube-vip.yaml.j2", **gv,
                                    kubernetes_vip_interface="eno1",
@@ -197,6 +219,16 @@ def test_helm_is_installed_where_charts_are():
     names = list(tasks)
     assert names.index("Install Helm on the first control plane") < names.index(
         "Install the GPU Operator, keeping the host-installed driver and toolkit")
+    # a chart pinned after the repository was added is found: the index is read again
+    # before any release, every run, for the repositories the releases come from
+    update = "Read the chart repositories' indexes again"
+    assert names.index("Add the chart repositories Helm lacks") < names.index(update) \
+        < names.index("Install Cilium from its pinned chart")
+    argv = tasks[update]["ansible.builtin.command"]["argv"].strip()
+    repos = [{"name": "nvidia", "url": "u"}, {"name": "cilium", "url": "v"}]
+    assert list(ansible_jinja().compile_expression(argv[2:-2])(
+        kubernetes_chart_repos=repos)) == ["helm", "repo", "update", "nvidia", "cilium"]
+    assert tasks[update]["changed_when"] is False
 
 
 def test_nic_cluster_policy_for_roce_sites(tmp_path):

@@ -74,20 +74,28 @@ def test_on_dgx_os_the_pin_must_be_the_driver_dgx_os_runs():
     assert pin_holds("570.124.06\n") and not pin_holds("570.133.20\n")
 
 
-@pytest.mark.parametrize(("installed", "ok"), [
-    ("1.5.9-0ubuntu3", False),  # Ubuntu 22.04's release pocket: no CRI v1
-    ("1.6.20~ds1-1+b1", True),  # Debian 12 (the lab's hosts)
-    ("1.7.12-0ubuntu2~22.04.1", True), ("2.0.2-0ubuntu1", True), ("1:1.7.27-1", True)])
-def test_a_containerd_without_cri_v1_is_refused(installed, ok):
+@pytest.mark.parametrize(("installed", "mirror", "ok"), [
+    ("1.5.9-0ubuntu3", "", False),  # Ubuntu 22.04's release pocket: no CRI v1
+    ("1.6.12-0ubuntu1~22.04.1", "", True),
+    # certs.d/_default (the site's one registry mirror) came in 1.6.17 and 1.7.0
+    ("1.6.12-0ubuntu1~22.04.1", "http://10.0.0.5:5000", False),
+    ("1.6.20~ds1-1+b1", "http://10.0.0.5:5000", True),  # Debian 12 (the lab's hosts)
+    ("1.7.12-0ubuntu2~22.04.1", "", True), ("2.0.2-0ubuntu1", "http://m", True),
+    ("1:1.7.27-1", "", True)])
+def test_a_containerd_without_cri_v1_or_the_mirror_default_is_refused(installed, mirror, ok):
     """The role reads containerd's package version and refuses one the kubelet cannot talk
-    to; evaluated with Ansible's own filters, as the play does."""
-    task = role_task("container_runtime", "Refuse a containerd without CRI v1")
+    to, or, where the site pulls through a registry mirror, one that ignores it; evaluated
+    with Ansible's own filters, as the play does."""
+    task = role_task("container_runtime", "Refuse a containerd without CRI v1 (or, with a "
+                     "registry mirror, without _default)")
+    defaults = yaml.safe_load((ROOT / "roles/container_runtime/defaults/main.yml").read_text())
     ctx = {"container_runtime_containerd_version": {"stdout": installed, "rc": 0},
-           "container_runtime_containerd_min_version": yaml.safe_load(
-               (ROOT / "roles/container_runtime/defaults/main.yml").read_text())[
-               "container_runtime_containerd_min_version"]}
-    ctx["container_runtime_containerd_found"] = ansible_jinja().from_string(
-        task["vars"]["container_runtime_containerd_found"]).render(ctx)
+           "container_runtime_registry_mirror": mirror,
+           **{k: defaults[k] for k in ("container_runtime_containerd_min_version",
+                                       "container_runtime_containerd_mirror_min_version")}}
+    env = ansible_jinja()
+    for name in ("container_runtime_containerd_found", "container_runtime_containerd_floor"):
+        ctx[name] = env.from_string(task["vars"][name]).render(ctx).strip()
     assert all(holds(c, **ctx) for c in task["ansible.builtin.assert"]["that"]) is ok
 
 
