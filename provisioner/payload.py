@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from provisioner.inventory.block_models import BlockType, GpuArch
+from provisioner.inventory.block_models import PROPRIETARY_ONLY_ARCHS, BlockType, GpuArch
 from provisioner.inventory.software_models import Software
 
 DriverSource = Literal["nvidia", "canonical"]
@@ -104,15 +104,20 @@ class Payload:
                 "dcgm": self.dcgm, "cuda_toolkit": self.cuda}
 
 
-def cuda_major_for(sw: Software) -> int:
-    """CUDA major for DCGM's package: the pinned CUDA's, else the newest the driver runs.
+def cuda_major_for(sw: Software, block: BlockType | None = None) -> int:
+    """CUDA major for DCGM's package: the pinned CUDA's, else the newest the driver runs and
+    the block's GPUs can: CUDA 13 drops Maxwell, Pascal and Volta (CUDA 13.0 release notes,
+    DOMAIN.md §3), so a V100 node takes DCGM's CUDA 12 build whatever the driver.
 
     Driver 580 is the first of CUDA 13 and 525 the first of CUDA 12 (CUDA release notes,
     Table 3, in compat.py)."""
     if sw.cuda:
         return int(sw.cuda.split(".")[0])
     branch = int(sw.nvidia_driver.branch) if sw.nvidia_driver else 0
-    return 13 if branch >= 580 else 12 if branch >= 525 else 11
+    newest = 13 if branch >= 580 else 12 if branch >= 525 else 11
+    pre_turing = block is not None and block.gpu is not None \
+        and block.gpu.architecture in PROPRIETARY_ONLY_ARCHS
+    return min(newest, 12) if pre_turing else newest
 
 
 def _driver_packages(source: DriverSource, branch: int, flavour: Flavour,
@@ -179,7 +184,7 @@ def for_block(sw: Software, block: BlockType, flavour: Flavour) -> Payload | Non
     return Payload(source=source, arch=arch, repo_arch="sbsa" if arm else "x86_64",
                    flavour=flavour, driver=driver, pinning=pinning, fabric=fabric,
                    fabric_service=service,
-                   dcgm=(f"datacenter-gpu-manager-4-cuda{cuda_major_for(sw)}",),
+                   dcgm=(f"datacenter-gpu-manager-4-cuda{cuda_major_for(sw, block)}",),
                    cuda=cuda, pinned_at_driver=pinned)
 
 

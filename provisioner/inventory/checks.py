@@ -314,6 +314,14 @@ def _kubernetes(loaded: LoadedSite, emit: Emit) -> None:
              at_key=True)
     if k8s.vip is not None:
         _vip(loaded, k8s.vip, emit)
+        # kube-vip starts before the cluster exists with the super-admin.conf kubeadm writes
+        # from 1.29 on (kube-vip's static-pod page; kubeadm 1.29 release notes)
+        if tuple(int(x) for x in k8s.version.split(".")[:2]) < (1, 29):
+            emit("vip-needs-kubernetes-1-29", ("software", "kubernetes", "version"),
+                 f"kubernetes.vip needs Kubernetes 1.29 or later, not {k8s.version}: kube-vip "
+                 "starts with kubeadm's super-admin.conf, which older kubeadm does not write",
+                 "pin Kubernetes 1.29 or later, or serve the endpoint with the site's load "
+                 "balancer (kubernetes.load_balancer)")
     if control % 2 == 0 and control:
         emit("even-control-plane", ("software", "kubernetes"),
              f"{control} control-plane nodes: etcd needs an odd number for a useful quorum",

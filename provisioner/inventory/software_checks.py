@@ -28,6 +28,8 @@ def _gpu_blocks(loaded: LoadedSite) -> Iterator[tuple[int, str]]:
             yield i, block.name
 
 
+LAST_PRE_TURING_BRANCH = 580  # the last driver branch for Maxwell, Pascal and Volta
+
 def check(loaded: LoadedSite, emit: Emit) -> None:
     """Driver, kernel modules, CUDA, fabric manager and mirror against the GPUs placed."""
     sw = loaded.site.software
@@ -48,6 +50,14 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
                  f"open kernel modules requested, but {', '.join(volta)} have Volta/Pascal GPUs, "
                  "which only the proprietary modules support",
                  "set kernel_modules: auto (open where supported) or proprietary")
+        if volta and int(drv.branch) > LAST_PRE_TURING_BRANCH:
+            # "The release 580 series will be the last to support GPUs based on the Maxwell,
+            # Pascal, and Volta architectures" (NVIDIA's Unix graphics feature deprecation
+            # schedule, forums.developer.nvidia.com/t/60588)
+            emit("driver-drops-architecture", ("software", "nvidia_driver", "branch"),
+                 f"driver branch {drv.branch} no longer supports {', '.join(volta)} "
+                 f"(Maxwell, Pascal or Volta GPUs): branch {LAST_PRE_TURING_BRANCH} is the last",
+                 f"pin branch {LAST_PRE_TURING_BRANCH} or older for sites with V100 systems")
         if drv.kernel_modules == "proprietary" and needs_open:
             emit("proprietary-modules-unsupported",
                  ("software", "nvidia_driver", "kernel_modules"),

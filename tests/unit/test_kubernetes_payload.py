@@ -159,6 +159,18 @@ def test_vip_outside_management_or_on_a_node_is_refused(tmp_path):
     assert not codes["ok"] & {"vip-outside-management", "vip-taken"}
     assert "vip-outside-management" in codes["outside"]
     assert "vip-taken" in codes["taken"]
+    # kube-vip bootstraps from super-admin.conf, which kubeadm writes from 1.29 on
+    for version, refused in (("1.28.15", True), ("1.29.0", False)):
+        path = tmp_path / f"k{version}.yaml"
+        path.write_text(text.replace('version: "1.31.4"', f'version: "{version}"'))
+        hit = [f for f in check(load(path)) if f.code == "vip-needs-kubernetes-1-29"]
+        assert bool(hit) is refused
+        assert not hit or (hit[0].severity.value == "error"
+                           and "load_balancer" in (hit[0].hint or ""))
+    lb = tmp_path / "lb128.yaml"
+    lb.write_text(text.replace('version: "1.31.4"', 'version: "1.28.15"')
+                  .replace("vip: 10.1.0.5", "load_balancer: api.site.internal"))
+    assert not [f for f in check(load(lb)) if f.code == "vip-needs-kubernetes-1-29"]
 
 
 def _join_context(cp: bool, secrets: bool) -> dict[str, Any]:

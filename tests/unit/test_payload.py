@@ -98,6 +98,9 @@ def test_dcgm4_package_follows_the_cuda_major():
     # no CUDA pinned: the newest major the driver runs (580 -> CUDA 13)
     assert _payload("dgx-h100", CASES["dgx-h100/canonical-580"][1]).dcgm == (
         "datacenter-gpu-manager-4-cuda13",)
+    # ... and the GPUs can: CUDA 13 drops Volta, so a DGX-1 on 580 takes the CUDA 12 build
+    assert _payload("dgx-1", {"nvidia_driver": {"branch": "580", "version": "580.95.05"}}
+                    ).dcgm == ("datacenter-gpu-manager-4-cuda12",)
 
 
 def test_unversioned_names_from_590_chosen_by_the_pinning_package():
