@@ -139,3 +139,34 @@ def test_the_lab_serves_its_own_suites_in_place_of_a_sites():
     bare: dict[str, dict[str, object]] = {"software": {}}
     lab_overlay.apply(bare, lab)
     assert "mirror_suites" not in bare["software"] and bare["software"]["mirror_key"] == "k.asc"
+
+
+def test_a_dropped_driver_pin_goes_and_so_does_a_pinning_package_of_another_version():
+    """Following a branch after an exact pin (as canonical-pin-moves advises) must not leave
+    the node held at the old version by the preferences file or NVIDIA's pinning package."""
+    gone = role_task("nvidia_driver", "Remove the driver pin when the site pins no version",
+                     "tasks/install.yml")
+    assert gone["ansible.builtin.file"] == {
+        "path": "/etc/apt/preferences.d/provisioner-nvidia-driver.pref", "state": "absent"}
+    pin = role_task("nvidia_driver", "Pin the driver, fabric manager and nscq at exactly the "
+                    "driver version", "tasks/install.yml")
+    assert pin["ansible.builtin.template"]["dest"] == gone["ansible.builtin.file"]["path"]
+    for version, pinned, removed in (("", [], True), ("570.124.06", [], True),
+                                     ("570.124.06", ["nvidia-driver-*"], False)):
+        assert holds(gone["when"], ansible_facts={"os_family": "Debian"},
+                     nvidia_driver_version=version,
+                     nvidia_driver_pinned_packages=pinned) is removed
+    stale = role_task("nvidia_driver", "Remove NVIDIA pinning packages of another version",
+                      "tasks/install.yml")
+    expr = stale["vars"]["nvidia_driver_pinning_stale"]
+    installed = {"stdout_lines": ["nvidia-driver-pinning-580.95.05 installed",
+                                  "nvidia-driver-pinning-590 installed",
+                                  "nvidia-driver-pinning-575 config-files"]}
+    found = ansible_jinja().from_string(expr).render(
+        nvidia_driver_pinning_installed=installed,
+        nvidia_driver_pinning_packages=["nvidia-driver-pinning-590"])
+    assert found.strip() == "['nvidia-driver-pinning-580.95.05']"
+    for os_name, acts in (("ubuntu-24.04", True), ("dgx-os-7", False)):
+        assert holds(stale["when"], ansible_facts={"os_family": "Debian"},
+                     nvidia_driver_os=os_name,
+                     nvidia_driver_pinning_stale=["nvidia-driver-pinning-580.95.05"]) is acts
