@@ -170,3 +170,21 @@ def test_a_dropped_driver_pin_goes_and_so_does_a_pinning_package_of_another_vers
         assert holds(stale["when"], ansible_facts={"os_family": "Debian"},
                      nvidia_driver_os=os_name,
                      nvidia_driver_pinning_stale=["nvidia-driver-pinning-580.95.05"]) is acts
+
+
+def test_nvidias_dkms_modules_are_refused_on_a_secure_boot_host():
+    """DKMS modules unsigned by a key the firmware trusts would not load after the reboot:
+    the role reads mokutil and sends a Secure Boot host to Canonical's signed modules."""
+    names = [t["name"] for t in yaml.safe_load(
+        (ROOT / "roles/nvidia_driver/tasks/install.yml").read_text())]
+    refuse = "Refuse NVIDIA's DKMS modules on a Secure Boot host"
+    assert names.index("Read whether Secure Boot is on") < names.index(refuse) < names.index(
+        "Add NVIDIA's CUDA repository before the driver")
+    task = role_task("nvidia_driver", refuse, "tasks/install.yml")
+    [that] = task["ansible.builtin.assert"]["that"]
+    for out, ok in (("SecureBoot enabled\n", False), ("SecureBoot disabled\n", True),
+                    ("EFI variables are not supported on this system\n", True), ("", True)):
+        assert holds(that, nvidia_driver_secure_boot={"stdout": out}) is ok
+    assert holds(that, nvidia_driver_secure_boot={}) is True  # mokutil missing
+    assert "source: canonical" in task["ansible.builtin.assert"]["fail_msg"]
+    assert "nvidia_driver_source == 'nvidia'" in task["when"]
