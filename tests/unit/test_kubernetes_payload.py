@@ -173,6 +173,25 @@ def test_vip_outside_management_or_on_a_node_is_refused(tmp_path):
     assert not [f for f in check(load(lb)) if f.code == "vip-needs-kubernetes-1-29"]
 
 
+def test_kube_vip_announces_on_the_nic_holding_the_management_address():
+    """On a GPU server whose default route leaves through another NIC (storage, a bond, an
+    uplink), the VIP is announced where the management address is."""
+    expr = _yaml(ROLE / "defaults/main.yml")["kubernetes_vip_interface"]
+    facts = {"default_ipv4": {"interface": "ens2f0", "address": "10.3.0.21"},
+             "interfaces": ["lo", "eno1", "ens2f0"], "kernel": "6.8.0",
+             "eno1": {"device": "eno1", "ipv4": {"address": "10.1.0.21"}},
+             "ens2f0": {"device": "ens2f0", "ipv4": {"address": "10.3.0.21"}},
+             "lo": {"device": "lo", "ipv4": {"address": "127.0.0.1"}}}
+    env = ansible_jinja()
+
+    def nic(address: str) -> str:
+        return env.from_string(expr).render(ansible_facts=facts,
+                                            kubernetes_advertise_address=address).strip()
+
+    assert nic("10.1.0.21") == "eno1"
+    assert nic("10.9.9.9") == "ens2f0"  # no NIC holds it: the default route's
+
+
 def _join_context(cp: bool, secrets: bool) -> dict[str, Any]:
     return {"kubernetes_kubeadm_api": "kubeadm.k8s.io/v1beta4", "inventory_hostname": "n1",
             "kubernetes_is_control_plane": cp, "kubernetes_advertise_address": "10.0.0.2",
