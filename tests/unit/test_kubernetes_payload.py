@@ -192,6 +192,26 @@ def test_kube_vip_announces_on_the_nic_holding_the_management_address():
     assert nic("10.9.9.9") == "ens2f0"  # no NIC holds it: the default route's
 
 
+def test_a_node_is_tainted_only_when_a_taint_is_missing():
+    """kubectl taint --overwrite reports "modified" every time: the role reads the node's
+    taints and sets them only when one is missing, so a second run changes nothing."""
+    read = role_task("kubernetes", "Read the node's taints", "tasks/labels.yml")
+    assert read["changed_when"] is False
+    assert read["ansible.builtin.command"]["argv"][-1] == (
+        'jsonpath={range .spec.taints[*]}{.key}={.value}:{.effect}{"\\n"}{end}')
+    taint = role_task("kubernetes", "Taint the node by building block", "tasks/labels.yml")
+    want = ["nvidia.com/gpu=present:NoSchedule", "dedicated:NoExecute"]
+
+    def taints(lines: list[str]) -> bool:
+        return holds(taint["when"], kubernetes_node_taints=want,
+                     kubernetes_taints_now={"stdout_lines": lines})
+
+    assert taints([]) is True
+    assert taints(["nvidia.com/gpu=present:NoSchedule"]) is True
+    assert taints(["nvidia.com/gpu=present:NoSchedule", "dedicated=:NoExecute"]) is False
+    assert taints(["nvidia.com/gpu=other:NoSchedule", "dedicated=:NoExecute"]) is True
+
+
 def _join_context(cp: bool, secrets: bool) -> dict[str, Any]:
     return {"kubernetes_kubeadm_api": "kubeadm.k8s.io/v1beta4", "inventory_hostname": "n1",
             "kubernetes_is_control_plane": cp, "kubernetes_advertise_address": "10.0.0.2",
