@@ -165,6 +165,10 @@ def test_join_token_and_certificate_key_reach_no_artifact(tmp_path, join_rc):
             "Write the join configuration") and e.status == "changed"} == {"cp02", "w01"}
         assert not list((tmp_path / "etc").rglob("kubeadm-join.yaml"))
         assert _files_with(pdd / "artifacts", token, key) == []
+        # only the node kubeadm finished on is marked: a rerun does not take the others
+        # for done (tasks/join.yml)
+        assert sorted(p.parent.name for p in (tmp_path / "etc").rglob(
+            "provisioner-kubeadm.done")) == ["cp01"]
         return
     assert result.ok, [f"{e.host} | {e.task}: {e.message}" for e in result.failures]
 
@@ -186,8 +190,10 @@ def test_join_token_and_certificate_key_reach_no_artifact(tmp_path, join_rc):
     control = [c for c in configs if "controlPlane:" in c]
     assert len(control) == 1 and f"certificateKey: {key}" in control[0]
     assert not [c for c in configs if key in c and c not in control]
-    # and the file with the secrets is gone once the node has joined
+    # and the file with the secrets is gone once the node has joined, which is marked
     assert not list((tmp_path / "etc").rglob("kubeadm-join.yaml"))
+    assert sorted(p.parent.name for p in (tmp_path / "etc").rglob(
+        "provisioner-kubeadm.done")) == ["cp01", "cp02", "w01"]
     ran = {(e.host, e.task): e.status for e in result.events}
     assert ran[("cp02", "Join further control planes, one at a time")] == "changed"
     assert ran[("cp01", "Initialise the first control plane")] == "changed"
