@@ -69,6 +69,23 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
                  f"fabric manager {sw.fabric_manager.version} differs from driver {drv.version}; "
                  "Fabric Manager refuses to start unless the versions are equal",
                  f"set fabric_manager.version to {drv.version} or leave it out")
+        fabric = sorted(b for b in blocks if loaded.catalog[b].nvswitch or loaded.catalog[b].imex)
+        if sw.fabric_manager.version and not drv.version:
+            # the roles install fabric manager at the driver's version (payload.py pins them
+            # together): a fabric manager version on its own pins nothing
+            emit("fabric-manager-version-without-driver-version",
+                 ("software", "fabric_manager", "version"),
+                 f"fabric_manager.version {sw.fabric_manager.version} holds nothing on its own: "
+                 "fabric manager is installed at the driver's version, and no driver version "
+                 "is pinned", f"set nvidia_driver.version: \"{sw.fabric_manager.version}\" "
+                 "and drop fabric_manager.version")
+        elif fabric and not drv.version and not sw.os.startswith("dgx-os"):
+            emit("fabric-manager-follows-branch", ("software", "nvidia_driver"),
+                 f"{', '.join(fabric)} run fabric manager (or IMEX), which starts only at "
+                 f"exactly the driver's version; with branch {drv.branch} alone each is the "
+                 "newest build when it is installed, so a node added or upgraded later can "
+                 "get them from different builds", "pin nvidia_driver.version",
+                 severity=Severity.WARNING, at_key=True)
         if sw.cuda:
             _cuda(loaded, emit, sw.cuda, drv.branch, drv.version)
             if compat.cuda_key(sw.cuda) >= (13, 0, 0) and volta:

@@ -188,3 +188,27 @@ def test_nvidias_dkms_modules_are_refused_on_a_secure_boot_host():
     assert holds(that, nvidia_driver_secure_boot={}) is True  # mokutil missing
     assert "source: canonical" in task["ansible.builtin.assert"]["fail_msg"]
     assert "nvidia_driver_source == 'nvidia'" in task["when"]
+
+
+def test_fabric_manager_is_held_at_one_driver_build(tmp_path):
+    """Fabric manager (and IMEX) start only at exactly the driver's version: a version of
+    its own holds nothing without the driver's, and a branch alone is warned about on
+    NVSwitch and IMEX sites (a node added later gets whatever build is newest then)."""
+    from provisioner.inventory.checks import check
+
+    def codes(old: str, new: str, fixture: str = "dgx_h100.yaml") -> dict[str, str]:
+        site = tmp_path / fixture
+        text = (SITES / fixture).read_text()
+        assert old in text
+        site.write_text(text.replace(old, new))
+        return {f.code: f.severity.value for f in check(load(site))}
+
+    pinned = 'version: "570.124.06", '
+    assert "fabric-manager-follows-branch" not in codes(pinned, pinned)
+    assert codes(pinned, "")["fabric-manager-follows-branch"] == "warning"
+    gb = 'version: "580.95.05", '  # IMEX on GB200
+    assert codes(gb, "", "gb200.yaml")["fabric-manager-follows-branch"] == "warning"
+    tail = 'kernel_modules: auto}\n  cuda: "12.8"\n  fabric_manager: {enabled: auto'
+    alone = codes(pinned + tail + "}", tail + ', version: "570.124.06"}')
+    assert alone["fabric-manager-version-without-driver-version"] == "error"
+    assert "fabric-manager-follows-branch" not in alone
