@@ -7,13 +7,12 @@ import secrets
 import shutil
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
+from typing import Any
 
-import jinja2
 import pytest
 import yaml
-from ansible.plugins.filter import core as ansible_filters
-from ansible.plugins.filter import mathstuff as ansible_math
-from ansible.plugins.test import core as ansible_tests
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 
 from provisioner.lifecycle import LIFECYCLE, Phase
 from provisioner.state import StateStore
@@ -113,25 +112,21 @@ def scratch_lab_network() -> tuple[IPv4Network, IPv4Address, IPv4Address]:
             IPv4Address(f"10.250.{third}.5"))
 
 
-def ansible_jinja() -> jinja2.Environment:
-    """Jinja with Ansible's own core filters and tests: a unit test evaluates a role's
-    expression (a `when`, an assert's `that`, a role variable) as the play would, not with
-    stand-ins of its own."""
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    # the ones Jinja lacks: Ansible's own versions of Jinja's (default, map, defined...)
-    # lean on Ansible's templar and break outside it
-    plugins = (ansible_filters.FilterModule().filters()
-               | ansible_math.FilterModule().filters())
-    env.filters |= {k: f for k, f in plugins.items() if k not in env.filters}
-    env.tests |= {k: t for k, t in ansible_tests.TestModule().tests().items()
-                  if k not in env.tests}
-    return env
+def _templar(ctx: dict[str, object]) -> Templar:
+    return Templar(loader=DataLoader(), variables=ctx)
 
 
-def holds(expr: str, env: jinja2.Environment | None = None, **ctx: object) -> bool:
-    """Whether a role's bare expression (a `when`, `that` or `failed_when`) is true in ctx."""
-    env = env or ansible_jinja()
-    return env.from_string("{{ " + expr + " }}").render(**ctx).strip() == "True"
+def ansible_eval(text: str, **ctx: object) -> Any:
+    """A role's template (a variable, an argv, a message) rendered by Ansible's own templar,
+    as the play renders it: its filters and tests, native types, and string literals read
+    as Ansible reads them (plain Jinja unescapes backslashes that Ansible keeps)."""
+    return _templar(ctx).template(trust_as_template(text))
+
+
+def holds(expr: str, **ctx: object) -> bool:
+    """Whether a role's bare expression (a `when`, `that` or `failed_when`) is true in ctx,
+    evaluated as Ansible evaluates a conditional."""
+    return bool(_templar(ctx).evaluate_conditional(trust_as_template(expr)))
 
 
 def role_task(role: str, name: str, file: str = "tasks/main.yml") -> dict[str, object]:

@@ -31,6 +31,7 @@ UPSTREAM_HOSTS = {urlsplit(u).hostname for u in (
 # but not hosts anything is fetched from.
 DOMAIN_RE = re.compile(r"\b((?:[a-z0-9-]+\.)+(?:com|io|org|net|dev|cloud|ai))\b")
 NOT_HOSTS = {"kubeadm.k8s.io", "kubelet.config.k8s.io", "nvidia.com", "provisioner.io",
+             "node-role.kubernetes.io",  # the control-plane label join.yml looks for
              "mellanox.com"}
 
 

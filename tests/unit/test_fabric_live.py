@@ -101,3 +101,28 @@ def test_host_mapping_rocev2_dscp_elsewhere_is_named() -> None:
     found = {m.what for m in compare_live(roce.policy(Roce()), "dgx01", "roce", 9000, seen,
                                           "leaf01", "swp1s0", _switch("cumulus"))}
     assert "dscp-map" in found
+
+
+@pytest.mark.parametrize(("output", "ok"), [
+    (MLNX_QOS_PFC3, True),  # trust dscp, PFC on 3 only: the site's lossless RoCE
+    (MLNX_QOS_DOC, False),  # PFC on 0, 2, 6 and 7
+    (MLNX_QOS_PFC3.replace("trust state: dscp", "trust state: pcp"), False),
+    ("mlnx_qos: command printed nothing useful\n", False)])
+def test_node_verify_checks_trust_and_pfc_as_mlnx_qos_reports_them(output, ok):
+    """node_verify reads `mlnx_qos -i` per RoCE port: trust DSCP and PFC on the site's
+    priorities only, with the same reading as fabric/live.py (the word "dscp" alone is in
+    every output: the dscp2prio table)."""
+    from tests.conftest import ansible_eval, holds, role_task
+
+    task = role_task("node_verify", "Verify each RoCE port trusts DSCP and has PFC on the "
+                     "site's priorities only")
+    item = {"item": "ens1f0np0", "stdout": output}
+    seen = ansible_eval(task["vars"]["node_verify_pfc_seen"], item=item)
+    assert all(holds(c, item=item, node_verify_pfc_seen=seen, roce_host_pfc="0,0,0,1,0,0,0,0")
+               for c in task["ansible.builtin.assert"]["that"]) is ok
+    if "enabled" in output:
+        try:
+            parsed = parse_mlnx_qos(output).pfc_priorities
+        except ValueError:
+            return
+        assert seen == ",".join("1" if i in parsed else "0" for i in range(8))

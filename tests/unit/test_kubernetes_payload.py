@@ -19,7 +19,7 @@ import yaml
 from provisioner import render, sources
 from provisioner.inventory import load
 from provisioner.inventory.software_models import Kubernetes
-from tests.conftest import EXAMPLE, FIXTURES, ROOT, ansible_jinja, holds, role_task
+from tests.conftest import EXAMPLE, FIXTURES, ROOT, ansible_eval, holds, role_task
 
 ROLE = ROOT / "roles" / "kubernetes"
 
@@ -182,11 +182,9 @@ def test_kube_vip_announces_on_the_nic_holding_the_management_address():
              "eno1": {"device": "eno1", "ipv4": {"address": "10.1.0.21"}},
              "ens2f0": {"device": "ens2f0", "ipv4": {"address": "10.3.0.21"}},
              "lo": {"device": "lo", "ipv4": {"address": "127.0.0.1"}}}
-    env = ansible_jinja()
 
     def nic(address: str) -> str:
-        return env.from_string(expr).render(ansible_facts=facts,
-                                            kubernetes_advertise_address=address).strip()
+        return str(ansible_eval(expr, ansible_facts=facts, kubernetes_advertise_address=address))
 
     assert nic("10.1.0.21") == "eno1"
     assert nic("10.9.9.9") == "ens2f0"  # no NIC holds it: the default route's
@@ -318,8 +316,8 @@ def test_helm_is_installed_where_charts_are():
         < names.index("Install Cilium from its pinned chart")
     argv = tasks[update]["ansible.builtin.command"]["argv"].strip()
     repos = [{"name": "nvidia", "url": "u"}, {"name": "cilium", "url": "v"}]
-    assert list(ansible_jinja().compile_expression(argv[2:-2])(
-        kubernetes_chart_repos=repos)) == ["helm", "repo", "update", "nvidia", "cilium"]
+    assert ansible_eval(argv, kubernetes_chart_repos=repos) == [
+        "helm", "repo", "update", "nvidia", "cilium"]
     assert tasks[update]["changed_when"] is False
 
 
@@ -447,10 +445,9 @@ def test_one_node_feature_discovery_when_both_operators_run():
 
 def _gpu_operator_values(task: dict[str, Any], *, host_dcgm: bool) -> list[str]:
     """The GPU Operator's --set values as the play evaluates them."""
-    expr = task["vars"]["kubernetes_release"]["values"].strip()
-    assert expr.startswith("{{") and expr.endswith("}}")
     d = _yaml(ROLE / "defaults/main.yml")
-    return list(ansible_jinja().compile_expression(expr[2:-2])(
+    return list(ansible_eval(
+        task["vars"]["kubernetes_release"]["values"],
         kubernetes_gpu_operator_host_driver=True, kubernetes_gpu_operator_host_dcgm=host_dcgm,
         kubernetes_gpu_operator_host_dcgm_port=d["kubernetes_gpu_operator_host_dcgm_port"]))
 
@@ -550,7 +547,6 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
                      "version", "Move this cluster member to the pinned version with kubeadm"]
 
     role_vars = _yaml(ROOT / "roles/kubernetes/vars/main.yml")
-    env = ansible_jinja()
 
     def ask(expr: str, **ctx: Any) -> bool:
         # a task its `when` skipped is still registered, as Ansible does, without stdout
@@ -560,8 +556,8 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
                **ctx}
         for name in ("kubernetes_apiserver_moved", "kubernetes_moves",
                      "kubernetes_cluster_moved"):
-            ctx.setdefault(name, env.from_string(role_vars[name]).render(**ctx).strip())
-        return holds(expr, env, **ctx)
+            ctx.setdefault(name, ansible_eval(role_vars[name], **ctx))
+        return holds(expr, **ctx)
 
     apply_when = by["Upgrade the control plane (the first control plane to move)"]["when"]
     node_when = by["Upgrade this node's components and kubelet configuration"]["when"]
@@ -598,6 +594,12 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
                     kubernetes_cluster_config=moved)
     assert ask("kubernetes_moves", **in_place) and ask("kubernetes_apiserver_moved", **in_place)
     assert ask(node_when, **in_place) and not ask(apply_when, **in_place)
+    # a control plane fully at the pin does not move (its tag ends the line: not v1.32.40)
+    done = dict(in_place, kubernetes_running_version={"stdout": "v1.32.4"})
+    assert not ask("kubernetes_moves", **done)
+    near = {"content": base64.b64encode(
+        b"    image: registry.k8s.io/kube-apiserver:v1.32.40\n").decode()}
+    assert not ask("kubernetes_apiserver_moved", **dict(done, kubernetes_apiserver_manifest=near))
     # the guard: a worker before the cluster moved, or two control planes applying at once
     guard = by["Move one control plane first, and the workers after it"][
         "ansible.builtin.assert"]["that"]

@@ -19,7 +19,7 @@ from provisioner import payload, render
 from provisioner.inventory import load
 from provisioner.inventory.loader import shipped_catalog
 from provisioner.inventory.software_models import Software
-from tests.conftest import FIXTURES, ROOT, ansible_jinja
+from tests.conftest import FIXTURES, ROOT, ansible_eval
 
 SITES = FIXTURES / "sites"
 GOLDEN = ROOT / "tests" / "golden" / "payload" / "packages.yml"
@@ -258,17 +258,15 @@ def test_upgrade_gate_checks_imex_on_gb200_trays_too():
     at the driver's version too (it used to check only NVSwitch systems)."""
     p = _payload(*CASES["gb200-nvl72-tray/nvidia-580"])
     defaults = yaml.safe_load((ROOT / "roles/upgrade_gate/defaults/main.yml").read_text())
-    env = ansible_jinja()
 
     def on(**host: object) -> bool:
-        return env.from_string(defaults["upgrade_gate_fabric_manager"]).render(
-            **host).strip() == "True"
+        return ansible_eval(defaults["upgrade_gate_fabric_manager"], **host) is True
 
     assert on(provisioner_nvswitch=False, provisioner_imex=True)
     assert on(provisioner_nvswitch=True, provisioner_imex=False)
     assert not on(provisioner_nvswitch=False, provisioner_imex=False)
-    assert env.from_string(defaults["upgrade_gate_fabric_manager_package"]).render(
-        fabric_manager_packages=list(p.fabric)) == "nvidia-imex"
+    assert ansible_eval(defaults["upgrade_gate_fabric_manager_package"],
+                        fabric_manager_packages=list(p.fabric)) == "nvidia-imex"
 
 
 @pytest.mark.parametrize("case", ["dgx-h100/nvidia-580", "dgx-b200/nvidia-580"])

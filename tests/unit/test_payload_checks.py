@@ -13,7 +13,7 @@ import yaml
 
 from provisioner.errors import InventoryError
 from provisioner.inventory import load
-from tests.conftest import FIXTURES, ROOT, ansible_jinja, holds, role_task
+from tests.conftest import FIXTURES, ROOT, ansible_eval, holds, role_task
 
 SITES = FIXTURES / "sites"
 
@@ -93,9 +93,8 @@ def test_a_containerd_without_cri_v1_or_the_mirror_default_is_refused(installed,
            "container_runtime_registry_mirror": mirror,
            **{k: defaults[k] for k in ("container_runtime_containerd_min_version",
                                        "container_runtime_containerd_mirror_min_version")}}
-    env = ansible_jinja()
     for name in ("container_runtime_containerd_found", "container_runtime_containerd_floor"):
-        ctx[name] = env.from_string(task["vars"][name]).render(ctx).strip()
+        ctx[name] = ansible_eval(task["vars"][name], **ctx)
     assert all(holds(c, **ctx) for c in task["ansible.builtin.assert"]["that"]) is ok
 
 
@@ -162,10 +161,9 @@ def test_a_dropped_driver_pin_goes_and_so_does_a_pinning_package_of_another_vers
     installed = {"stdout_lines": ["nvidia-driver-pinning-580.95.05 installed",
                                   "nvidia-driver-pinning-590 installed",
                                   "nvidia-driver-pinning-575 config-files"]}
-    found = ansible_jinja().from_string(expr).render(
-        nvidia_driver_pinning_installed=installed,
-        nvidia_driver_pinning_packages=["nvidia-driver-pinning-590"])
-    assert found.strip() == "['nvidia-driver-pinning-580.95.05']"
+    found = ansible_eval(expr, nvidia_driver_pinning_installed=installed,
+                         nvidia_driver_pinning_packages=["nvidia-driver-pinning-590"])
+    assert found == ["nvidia-driver-pinning-580.95.05"]
     for os_name, acts in (("ubuntu-24.04", True), ("dgx-os-7", False)):
         assert holds(stale["when"], ansible_facts={"os_family": "Debian"},
                      nvidia_driver_os=os_name,
