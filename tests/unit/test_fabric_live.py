@@ -103,12 +103,19 @@ def test_host_mapping_rocev2_dscp_elsewhere_is_named() -> None:
     assert "dscp-map" in found
 
 
-@pytest.mark.parametrize(("output", "ok"), [
-    (MLNX_QOS_PFC3, True),  # trust dscp, PFC on 3 only: the site's lossless RoCE
-    (MLNX_QOS_DOC, False),  # PFC on 0, 2, 6 and 7
-    (MLNX_QOS_PFC3.replace("trust state: dscp", "trust state: pcp"), False),
-    ("mlnx_qos: command printed nothing useful\n", False)])
-def test_node_verify_checks_trust_and_pfc_as_mlnx_qos_reports_them(output, ok):
+# mlnx_qos itself indents its rows with a tab (mlnx-tools' python/mlnx_qos, pretty_print)
+TABBED = MLNX_QOS_PFC3.replace("        enabled     ", "\tenabled     ").replace(
+    "        priority    ", "\tpriority    ")
+
+
+@pytest.mark.parametrize(("output", "mode", "ok"), [
+    (MLNX_QOS_PFC3, "lossless", True),  # trust dscp, PFC on 3 only: the site's lossless RoCE
+    (TABBED, "lossless", True),
+    (MLNX_QOS_DOC, "lossless", False),  # PFC on 0, 2, 6 and 7
+    (MLNX_QOS_DOC, "lossy", True),  # the QoS script leaves PFC alone in lossy mode
+    (MLNX_QOS_PFC3.replace("trust state: dscp", "trust state: pcp"), "lossy", False),
+    ("mlnx_qos: command printed nothing useful\n", "lossless", False)])
+def test_node_verify_checks_trust_and_pfc_as_mlnx_qos_reports_them(output, mode, ok):
     """node_verify reads `mlnx_qos -i` per RoCE port: trust DSCP and PFC on the site's
     priorities only, with the same reading as fabric/live.py (the word "dscp" alone is in
     every output: the dscp2prio table)."""
@@ -118,7 +125,8 @@ def test_node_verify_checks_trust_and_pfc_as_mlnx_qos_reports_them(output, ok):
                      "site's priorities only")
     item = {"item": "ens1f0np0", "stdout": output}
     seen = ansible_eval(task["vars"]["node_verify_pfc_seen"], item=item)
-    assert all(holds(c, item=item, node_verify_pfc_seen=seen, roce_host_pfc="0,0,0,1,0,0,0,0")
+    assert all(holds(c, item=item, node_verify_pfc_seen=seen, roce_host_mode=mode,
+                     roce_host_pfc="0,0,0,1,0,0,0,0")
                for c in task["ansible.builtin.assert"]["that"]) is ok
     if "enabled" in output:
         try:

@@ -102,9 +102,10 @@ def test_operators_are_pinned(tmp_path):
         "nvidia/gpu-operator": gv["kubernetes_gpu_operator_chart_version"],
         "nvidia/network-operator": gv["kubernetes_network_operator_chart_version"]}
     assert all(charts.values())
-    release = _yaml(ROLE / "tasks/helm_release.yml")
-    argv = release[1]["ansible.builtin.command"]["argv"]
-    assert "'--version', kubernetes_release.version" in argv
+    release = {t["name"]: t for t in _yaml(ROLE / "tasks/helm_release.yml")}
+    argv = next(t for n, t in release.items() if n.startswith("Install or upgrade"))[
+        "ansible.builtin.command"]["argv"]
+    assert argv[argv.index("--version") + 1] == "{{ kubernetes_release.version }}"
 
 
 def test_vip_is_the_control_plane_endpoint_served_by_kube_vip(tmp_path):
@@ -247,6 +248,23 @@ def test_a_node_kubeadm_left_part_way_is_refused_not_taken_for_done():
     assert not joined(1, "", False)  # the cluster does not know the node
     assert all(tasks[n]["tags"] == ["needs_cluster"] for n in (
         "Mark that kubeadm init finished here", "Mark that kubeadm join finished here"))
+    # kubeadm reset takes kubeadm's files but not the mark: the mark goes with them
+    forget = tasks["Forget the mark where kubeadm's own file is gone (kubeadm reset)"]
+    assert names.index("Check whether the node has joined") < names.index(forget["name"]) \
+        < names.index("Ask the cluster whether kubeadm init finished (admin.conf without the "
+                      "mark)")
+    assert forget["ansible.builtin.file"]["state"] == "absent"
+
+    def forgets(first: bool, mark: bool, conf: bool) -> bool:
+        skipped = {"skipped": True}
+        return holds(forget["when"], kubernetes_is_first=first,
+                     kubernetes_done={"stat": {"exists": mark}},
+                     kubernetes_init_conf={"stat": {"exists": conf}} if first else skipped,
+                     kubernetes_kubelet_conf={"stat": {"exists": conf}})
+
+    assert forgets(True, True, False) and forgets(False, True, False)
+    assert not forgets(True, True, True) and not forgets(False, True, True)
+    assert not forgets(False, False, False)
 
 
 def _join_context(cp: bool, secrets: bool) -> dict[str, Any]:
@@ -435,18 +453,16 @@ def test_one_node_feature_discovery_when_both_operators_run():
     tasks = {t["name"]: t for t in _yaml(ROLE / "tasks/main.yml")}
     gpu = tasks["Install the GPU Operator, keeping the host-installed driver and toolkit"]
     net = tasks["Install the Network Operator for RoCE"]
-    assert not any("nfd" in v for v in _gpu_operator_values(gpu, host_dcgm=True))
-    [nfd] = net["vars"]["kubernetes_release"]["values"]
-    env = jinja2.Environment()
-    for gpu_operator, enabled in ((True, "false"), (False, "true")):
-        assert env.from_string(nfd.replace("| bool", "")).render(
-            kubernetes_gpu_operator=gpu_operator) == f"nfd.enabled={enabled}"
+    assert "nfd" not in _gpu_operator_values(gpu, host_dcgm=True)
+    for gpu_operator, enabled in ((True, False), (False, True)):
+        assert ansible_eval(net["vars"]["kubernetes_release"]["values"]["nfd"]["enabled"],
+                            kubernetes_gpu_operator=gpu_operator) is enabled
 
 
-def _gpu_operator_values(task: dict[str, Any], *, host_dcgm: bool) -> list[str]:
-    """The GPU Operator's --set values as the play evaluates them."""
+def _gpu_operator_values(task: dict[str, Any], *, host_dcgm: bool) -> dict[str, Any]:
+    """The GPU Operator's values as the play evaluates them."""
     d = _yaml(ROLE / "defaults/main.yml")
-    return list(ansible_eval(
+    return dict(ansible_eval(
         task["vars"]["kubernetes_release"]["values"],
         kubernetes_gpu_operator_host_driver=True, kubernetes_gpu_operator_host_dcgm=host_dcgm,
         kubernetes_gpu_operator_host_dcgm_port=d["kubernetes_gpu_operator_host_dcgm_port"]))
@@ -464,13 +480,40 @@ def test_the_gpu_operators_exporter_reads_the_host_engine_the_dcgm_role_runs():
         "name": "nvidia-dcgm", "state": "started", "enabled": True}
     gpu = role_task("kubernetes", "Install the GPU Operator, keeping the host-installed "
                     "driver and toolkit")
-    values = _gpu_operator_values(gpu, host_dcgm=True)
-    assert values == ["driver.enabled=false", "toolkit.enabled=false", "dcgm.enabled=false",
-                      "dcgmExporter.env[0].name=DCGM_REMOTE_HOSTENGINE_INFO",
-                      # the operator turns on hostNetwork only for an address at "localhost"
-                      "dcgmExporter.env[0].value=localhost:5555"]
-    assert _gpu_operator_values(gpu, host_dcgm=False) == [
-        "driver.enabled=false", "toolkit.enabled=false"]
+    host_driver = {"driver": {"enabled": False}, "toolkit": {"enabled": False}}
+    assert _gpu_operator_values(gpu, host_dcgm=True) == {
+        **host_driver, "dcgm": {"enabled": False},
+        # the operator turns on hostNetwork only for an address at "localhost"
+        "dcgmExporter": {"env": [{"name": "DCGM_REMOTE_HOSTENGINE_INFO",
+                                  "value": "localhost:5555"}]}}
+    assert _gpu_operator_values(gpu, host_dcgm=False) == host_driver
+
+
+def test_a_release_moves_when_its_chart_or_its_values_differ():
+    """helm upgrade runs when the deployed chart is not the pinned one, or the values it was
+    given (helm get values) are not the site's: a setting added later (the DCGM host engine
+    above) reaches a cluster already at the pinned chart, and a second run changes nothing."""
+    tasks = {t["name"]: t for t in _yaml(ROLE / "tasks/helm_release.yml")}
+    upgrade = next(t for n, t in tasks.items() if n.startswith("Install or upgrade"))
+    argv = upgrade["ansible.builtin.command"]["argv"]
+    assert "--values" in argv and not [a for a in argv if "--set" in str(a)]
+    wanted = {"driver": {"enabled": False}, "dcgm": {"enabled": False}}
+    release = {"name": "gpu-operator", "chart": "nvidia/gpu-operator", "version": "v25.3.0",
+               "values": wanted}
+
+    def moves(chart: str, given: str) -> bool:
+        return holds(upgrade["when"], kubernetes_release=release,
+                     kubernetes_release_deployed={"stdout": f'[{{"chart": "{chart}"}}]'},
+                     kubernetes_release_values_deployed={"stdout": given})
+
+    same = '{"dcgm": {"enabled": false}, "driver": {"enabled": false}}'
+    assert not moves("gpu-operator-v25.3.0", same)
+    assert moves("gpu-operator-v24.9.2", same)
+    assert moves("gpu-operator-v25.3.0", '{"driver": {"enabled": false}}')  # an older run's
+    assert moves("gpu-operator-v25.3.0", "")  # helm get values failed: not installed
+    written = next(t for n, t in tasks.items() if n.startswith("Write the values file"))
+    assert written["ansible.builtin.copy"]["mode"] == "0600"
+    assert written["ansible.builtin.copy"]["dest"] in " ".join(map(str, argv))
 
 
 @pytest.mark.parametrize("api", ["kubeadm.k8s.io/v1beta4", "kubeadm.k8s.io/v1beta3"])

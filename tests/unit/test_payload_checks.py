@@ -171,19 +171,30 @@ def test_a_dropped_driver_pin_goes_and_so_does_a_pinning_package_of_another_vers
 
 
 def test_nvidias_dkms_modules_are_refused_on_a_secure_boot_host():
-    """DKMS modules unsigned by a key the firmware trusts would not load after the reboot:
-    the role reads mokutil and sends a Secure Boot host to Canonical's signed modules."""
+    """DKMS modules signed with a key the firmware does not trust would not load after the
+    reboot: the role reads mokutil and sends such a host to Canonical's signed modules; a
+    host with Ubuntu's MOK enrolled, or a shim that does not validate, goes on."""
     names = [t["name"] for t in yaml.safe_load(
         (ROOT / "roles/nvidia_driver/tasks/install.yml").read_text())]
-    refuse = "Refuse NVIDIA's DKMS modules on a Secure Boot host"
-    assert names.index("Read whether Secure Boot is on") < names.index(refuse) < names.index(
-        "Add NVIDIA's CUDA repository before the driver")
+    refuse = "Refuse NVIDIA's DKMS modules on a Secure Boot host without an enrolled key"
+    assert names.index("Read whether Secure Boot is on and the machine owner key enrolled") \
+        < names.index(refuse) < names.index("Add NVIDIA's CUDA repository before the driver")
     task = role_task("nvidia_driver", refuse, "tasks/install.yml")
     [that] = task["ansible.builtin.assert"]["that"]
-    for out, ok in (("SecureBoot enabled\n", False), ("SecureBoot disabled\n", True),
-                    ("EFI variables are not supported on this system\n", True), ("", True)):
-        assert holds(that, nvidia_driver_secure_boot={"stdout": out}) is ok
-    assert holds(that, nvidia_driver_secure_boot={}) is True  # mokutil missing
+    enrolled = "/var/lib/shim-signed/mok/MOK.der is already enrolled\n"
+    missing = "/var/lib/shim-signed/mok/MOK.der is not enrolled\n"
+
+    def goes_on(sb: str, mok: str, results: list[dict[str, str]] | None = None) -> bool:
+        found = {"results": [{"stdout": sb}, {"stdout": mok}] if results is None else results}
+        ctx = {"nvidia_driver_secure_boot": found}
+        return holds(that, **ctx, **{k: ansible_eval(v, **ctx) for k, v in task["vars"].items()})
+
+    assert not goes_on("SecureBoot enabled\n", missing)
+    assert goes_on("SecureBoot enabled\n", enrolled)
+    assert goes_on("SecureBoot enabled\nSecureBoot validation is disabled in shim\n", missing)
+    assert goes_on("SecureBoot disabled\n", missing)
+    assert goes_on("EFI variables are not supported on this system\n", "")
+    assert goes_on("", "", results=[{}, {}])  # mokutil missing: nothing printed
     assert "source: canonical" in task["ansible.builtin.assert"]["fail_msg"]
     assert "nvidia_driver_source == 'nvidia'" in task["when"]
 
