@@ -76,8 +76,7 @@ def test_flannel_takes_the_sites_pod_network():
     shipped = ('  net-conf.json: |\n    {\n      "Network": "10.244.0.0/16",\n'
                '      "EnableNFTables": false,\n      "Backend": {\n        "Type": "vxlan"\n'
                '      }\n    }\n')
-    new = jinja2.Environment().from_string(replace["replace"]).render(
-        kubernetes_pod_cidr="10.32.0.0/12")
+    new = ansible_eval(replace["replace"], kubernetes_pod_cidr="10.32.0.0/12")
     edited = re.sub(replace["regexp"], new, shipped)
     assert '"Network": "10.32.0.0/12",' in edited and "10.244" not in edited
     assert re.sub(replace["regexp"], new, edited) == edited  # a second run changes nothing
@@ -576,9 +575,9 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
     install = by["Install kubeadm (with kubelet and kubectl on a new node) at the pinned version"]
     pkgs = ["kubeadm=1.32.4-*", "kubelet=1.32.4-*", "kubectl=1.32.4-*"]
     for member, want in ((True, pkgs[:1]), (False, pkgs)):
-        got = jinja2.Environment().from_string(install["ansible.builtin.apt"]["name"]).render(
-            kubernetes_packages=pkgs, kubernetes_member={"stat": {"exists": member}})
-        assert got == str(want)
+        got = ansible_eval(install["ansible.builtin.apt"]["name"], kubernetes_packages=pkgs,
+                           kubernetes_member={"stat": {"exists": member}})
+        assert got == want
     block = by["Move this cluster member to the pinned version with kubeadm"]
     assert block["tags"] == ["needs_cluster", "kubernetes_control_plane_first"]
     assert "kubernetes_member" in block["when"]
@@ -718,8 +717,7 @@ def test_openibd_restart_never_cuts_the_session_it_runs_over(tmp_path):
     for lines, expected in ((["sudo: unable to resolve host x", "nvidia\r"], "nvidia"),
                             (["other"], "other"), (None, "unknown")):
         port = {} if lines is None else {"stdout_lines": lines}
-        assert jinja2.Environment().from_string(session_on).render(
-            roce_host_session_port=port) == expected
+        assert ansible_eval(session_on, roce_host_session_port=port) == expected
     tasks = [t["name"] for t in _yaml(ROOT / "roles/roce_host/tasks/main.yml")]
     install = {t["name"]: t for t in _yaml(ROOT / "roles/roce_host/tasks/main.yml")}[
         "Install DOCA (MOFED)"]
