@@ -30,6 +30,7 @@ def _gpu_blocks(loaded: LoadedSite) -> Iterator[tuple[int, str]]:
 
 LAST_PRE_TURING_BRANCH = 580  # the last driver branch for Maxwell, Pascal and Volta
 
+
 def check(loaded: LoadedSite, emit: Emit) -> None:
     """Driver, kernel modules, CUDA, fabric manager and mirror against the GPUs placed."""
     sw = loaded.site.software
@@ -79,7 +80,10 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
                  "fabric manager is installed at the driver's version, and no driver version "
                  "is pinned", f"set nvidia_driver.version: \"{sw.fabric_manager.version}\" "
                  "and drop fabric_manager.version")
-        elif fabric and not drv.version and not sw.os.startswith("dgx-os"):
+        elif fabric and not drv.version and drv.source == "nvidia" \
+                and not sw.os.startswith("dgx-os"):
+            # Canonical's fabric manager depends on exactly its driver build (the archive's
+            # nvidia-fabricmanager-<branch>), so apt keeps those two in step on its own
             emit("fabric-manager-follows-branch", ("software", "nvidia_driver"),
                  f"{', '.join(fabric)} run fabric manager (or IMEX), which starts only at "
                  f"exactly the driver's version; with branch {drv.branch} alone each is the "

@@ -215,6 +215,9 @@ def test_fabric_manager_is_held_at_one_driver_build(tmp_path):
     pinned = 'version: "570.124.06", '
     assert "fabric-manager-follows-branch" not in codes(pinned, pinned)
     assert codes(pinned, "")["fabric-manager-follows-branch"] == "warning"
+    # Canonical's fabric manager depends on its exact driver build: apt keeps them in step
+    canonical = codes(pinned, 'source: canonical, ')
+    assert "fabric-manager-follows-branch" not in canonical
     gb = 'version: "580.95.05", '  # IMEX on GB200
     assert codes(gb, "", "gb200.yaml")["fabric-manager-follows-branch"] == "warning"
     tail = 'kernel_modules: auto}\n  cuda: "12.8"\n  fabric_manager: {enabled: auto'
