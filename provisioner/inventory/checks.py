@@ -10,7 +10,7 @@ from collections.abc import Callable
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
 from provisioner import power
-from provisioner.inventory import fabric_checks, software_checks
+from provisioner.inventory import compat, fabric_checks, software_checks
 from provisioner.inventory.fields import parse_ipv4
 from provisioner.inventory.findings import Category, Finding, Severity
 from provisioner.inventory.loader import KeyPath, LoadedSite
@@ -316,7 +316,7 @@ def _kubernetes(loaded: LoadedSite, emit: Emit) -> None:
         _vip(loaded, k8s.vip, emit)
         # kube-vip starts before the cluster exists with the super-admin.conf kubeadm writes
         # from 1.29 on (kube-vip's static-pod page; kubeadm 1.29 release notes)
-        if tuple(int(x) for x in k8s.version.split(".")[:2]) < (1, 29):
+        if compat.version_tuple(k8s.version)[:2] < (1, 29):
             emit("vip-needs-kubernetes-1-29", ("software", "kubernetes", "version"),
                  f"kubernetes.vip needs Kubernetes 1.29 or later, not {k8s.version}: kube-vip "
                  "starts with kubeadm's super-admin.conf, which older kubeadm does not write",
