@@ -22,7 +22,7 @@ from provisioner.errors import ConfigError, InventoryError, RenderError
 from provisioner.inventory import load
 from provisioner.lab import mirror, standins
 from provisioner.payload import KERNEL_HEADERS
-from tests.conftest import EXAMPLE, ROOT, requires_peer
+from tests.conftest import EXAMPLE, ROOT, ansible_eval, requires_peer
 
 DRIVER = "570.124.06"
 DRIVER_DEB = f"{DRIVER}-0ubuntu1"  # NVIDIA's CUDA repository packaging
@@ -120,9 +120,12 @@ def _sources(url: str, key: str, suites: list[str], components: str) -> str:
     """The sources.list base_os writes, from its own template."""
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False,
                              trim_blocks=True)  # as Ansible's template module
+    role_vars = yaml.safe_load((ROOT / "roles/base_os/vars/main.yml").read_text())
     return env.from_string((ROOT / "roles/base_os/templates/sources.list.j2").read_text()).render(
         base_os_mirror=url, base_os_mirror_key=key, base_os_mirror_keyring=key,
-        base_os_mirror_suites=suites, base_os_mirror_components=components)
+        base_os_mirror_suite_list=ansible_eval(role_vars["base_os_mirror_suite_list"],
+                                               base_os_mirror_suites=suites),
+        base_os_mirror_components=components)
 
 
 def _role_pin(dgx_vars: dict[str, Any]) -> str:
