@@ -125,8 +125,9 @@ def test_node_verify_checks_trust_and_pfc_as_mlnx_qos_reports_them(output, mode,
                      "site's priorities only")
     item = {"item": "ens1f0np0", "stdout": output}
     seen = ansible_eval(task["vars"]["node_verify_pfc_seen"], item=item)
-    assert all(holds(c, item=item, node_verify_pfc_seen=seen, roce_host_mode=mode,
-                     roce_host_pfc="0,0,0,1,0,0,0,0")
+    trust = ansible_eval(task["vars"]["node_verify_trust_seen"], item=item)
+    assert all(holds(c, item=item, node_verify_pfc_seen=seen, node_verify_trust_seen=trust,
+                     roce_host_mode=mode, roce_host_pfc="0,0,0,1,0,0,0,0")
                for c in task["ansible.builtin.assert"]["that"]) is ok
     if "enabled" in output:
         try:
