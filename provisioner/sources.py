@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from provisioner.inventory.compat import version_tuple
 from provisioner.inventory.software_models import Software
 
 CUDA_REPO = "https://developer.download.nvidia.com/compute/cuda/repos"
@@ -55,8 +56,23 @@ KUBE_VIP_IMAGE = "ghcr.io/kube-vip/kube-vip"
 KUBE_VIP_VERSION = "v0.8.9"
 # Where the Network Operator's components live (its chart's values.yaml) [S].
 NETWORK_OPERATOR_REPOSITORY = "nvcr.io/nvidia/mellanox"
-PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+PAUSE_IMAGE = "registry.k8s.io/pause"
+# The pause image kubeadm uses for each Kubernetes minor (PauseVersion in kubeadm's
+# cmd/kubeadm/app/constants/constants.go): 3.9 from 1.26 (kubesphere/kubekey#2138 citing
+# v1.26.0), 3.10 from 1.31 (CHANGELOG-1.31, kubernetes#125112; release-1.32's constants),
+# 3.10.1 from 1.34 (kubernetes#130713; kubespray's pod_infra_supported_versions for 1.34
+# and 1.35), 3.10.2 from 1.36 (kubeclipper#947) [S]. containerd's sandbox image is set to
+# the same tag: kubeadm's preflight pulls its own (`kubeadm config images list`), so with a
+# different one an air-gapped mirror must hold two, and kubeadm warns that they differ.
+PAUSE_TAGS: tuple[tuple[tuple[int, int], str], ...] = (
+    ((1, 36), "3.10.2"), ((1, 34), "3.10.1"), ((1, 31), "3.10"), ((0, 0), "3.9"))
 DEFAULT_NTP_POOL = "ntp.ubuntu.com"
+
+
+def pause_tag(kubernetes_version: str) -> str:
+    """The pause image tag kubeadm of this Kubernetes version pulls."""
+    minor = version_tuple(kubernetes_version)[:2]
+    return next(tag for since, tag in PAUSE_TAGS if minor >= since)
 
 
 def _base(url: str) -> str:
@@ -121,7 +137,8 @@ def site_vars(sw: Software) -> dict[str, Any]:
     reg = registry_host(src.registry_mirror) if src.registry_mirror else None
     data["container_runtime_registry_mirror"] = _base(src.registry_mirror) \
         if src.registry_mirror else ""
-    data["container_runtime_sandbox_image"] = (f"{reg}/pause:3.10" if reg else PAUSE_IMAGE)
+    pause = f"{reg}/pause" if reg else PAUSE_IMAGE
+    data["container_runtime_sandbox_image"] = f"{pause}:{pause_tag(k8s.version)}"
     data["kubernetes_image_repository"] = reg or ""
     data["kubernetes_network_operator_repository"] = (f"{reg}/nvidia/mellanox" if reg
                                                       else NETWORK_OPERATOR_REPOSITORY)

@@ -77,8 +77,8 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
             [h for h in k8s if h.block.gpu is not None])
         for pkg in ("kubeadm", "kubelet", "kubectl"):
             add("package", pkg, sw.kubernetes.version, "kubernetes", k8s)
-        pause, _, pause_tag = sources.PAUSE_IMAGE.rpartition(":")
-        add("image", pause, pause_tag, "container_runtime", k8s)
+        add("image", sources.PAUSE_IMAGE, sources.pause_tag(sw.kubernetes.version),
+            "container_runtime", k8s)
         add("image-set", "kubeadm control-plane images (kubeadm config images list)",
             f"v{sw.kubernetes.version}", "kubernetes", k8s)
         cni = sw.kubernetes.cni

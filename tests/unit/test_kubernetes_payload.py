@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import re
+import shutil
 import subprocess
 import typing
 from pathlib import Path
@@ -105,6 +106,24 @@ def test_operators_are_pinned(tmp_path):
     argv = next(t for n, t in release.items() if n.startswith("Install or upgrade"))[
         "ansible.builtin.command"]["argv"]
     assert argv[argv.index("--version") + 1] == "{{ kubernetes_release.version }}"
+
+
+@pytest.mark.parametrize(("version", "tag"), [
+    ("1.30.9", "3.9"), ("1.31.4", "3.10"), ("1.33.2", "3.10"), ("1.34.1", "3.10.1"),
+    ("1.35.0", "3.10.1"), ("1.36.0", "3.10.2")])
+def test_containerds_pause_image_is_the_one_kubeadm_pulls(tmp_path, version, tag):
+    """kubeadm's preflight pulls its own pause image; containerd's sandbox image, and the
+    image render --artifacts tells an air-gapped site to mirror, are the same one."""
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site)
+    text = (site / "site.yaml").read_text()
+    assert 'version: "1.31.4"' in text
+    (site / "site.yaml").write_text(text.replace('version: "1.31.4"', f'version: "{version}"'))
+    loaded = load(site)
+    gv = _yaml(render.render(loaded, tmp_path / "o").out / "inventory/group_vars/all.yml")
+    assert gv["container_runtime_sandbox_image"] == f"registry.k8s.io/pause:{tag}"
+    images = {i["name"]: i["version"] for i in render.artifacts(loaded) if i["kind"] == "image"}
+    assert images["registry.k8s.io/pause"] == tag
 
 
 def test_vip_is_the_control_plane_endpoint_served_by_kube_vip(tmp_path):
