@@ -115,7 +115,9 @@ case "$*" in
   "join --config "*)
     # the rendered join configuration it was handed (tasks/join.yml), recorded on one line
     echo "config: $(tr '\n' ' ' < "$3")" >> {log}
-    [ {join_rc} = 0 ] || {{ echo "error execution phase preflight" >&2; exit {join_rc}; }}
+    [ {join_rc} = 0 ] || {{ echo "[preflight] Running pre-flight checks"
+      echo "error execution phase preflight: couldn't validate the identity of the API" \
+        "Server: token {token}, key {key}: connection refused" >&2; exit {join_rc}; }}
     echo "This node has joined the cluster" ;;
   *) exit 2 ;;
 esac
@@ -158,7 +160,13 @@ def test_join_token_and_certificate_key_reach_no_artifact(tmp_path, join_rc):
     if join_rc:  # a join that fails still takes the file with the secrets away, also from
         # the worker that wrote it and never joined (any_errors_fatal stopped it first)
         assert [(e.host, e.task) for e in result.failures] == [
-            ("cp02", "Join further control planes, one at a time")], result.failures
+            ("cp02", "Stop where kubeadm join failed, with what it said")], result.failures
+        # the operator reads why (the join task itself is no_log), with the secrets masked
+        said = result.failures[0].message
+        assert said.startswith("kubeadm join failed on cp02 (exit 1); it said: error "
+                               "execution phase preflight: couldn't validate"), said
+        assert "token <token>, key <key>: connection refused" in said, said
+        assert token not in said and key not in said
         assert not [e for e in result.events if e.task == "Join the workers"
                     and e.status != "skipped"]
         assert {e.host for e in result.events if e.task.startswith(
