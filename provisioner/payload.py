@@ -73,6 +73,8 @@ class Payload:
     cuda: tuple[str, ...] = ()
     # Packages held at exactly the driver version by an apt preferences pin.
     pinned_at_driver: tuple[str, ...] = field(default=())
+    # source canonical: the kernel flavour its linux-modules-nvidia-* package is for.
+    kernel_flavour: str = ""
 
     def apt_specs(self, names: tuple[str, ...], sw: Software) -> list[str]:
         """What apt installs: `name=<version>-*` for each package the site pins.
@@ -120,14 +122,19 @@ def cuda_major_for(sw: Software, block: BlockType | None = None) -> int:
     return min(newest, 12) if pre_turing else newest
 
 
+def modules_kernel_flavour(kernel_flavour: str | None, arch: str) -> str:
+    """The kernel flavour Canonical's precompiled modules are installed for: the site's, or
+    generic (Grace (arm64) servers run the 64k-page kernel)."""
+    return kernel_flavour or ("generic-64k" if arch == "arm64" else "generic")
+
+
 def _driver_packages(source: DriverSource, branch: int, flavour: Flavour,
                      arch: str, kernel_flavour: str | None = None) -> tuple[str, ...]:
     sfx = "-open" if flavour == "open" else ""
     if source == "canonical":
-        # Signed, precompiled modules for the running kernel flavour (the site's, or
-        # generic); the flavour's meta package follows kernel updates. Grace (arm64) servers
-        # run the 64k-page kernel.
-        kernel = kernel_flavour or ("generic-64k" if arch == "arm64" else "generic")
+        # Signed, precompiled modules for the running kernel flavour; the flavour's meta
+        # package follows kernel updates.
+        kernel = modules_kernel_flavour(kernel_flavour, arch)
         return (f"linux-modules-nvidia-{branch}-server{sfx}-{kernel}",
                 f"nvidia-headless-no-dkms-{branch}-server{sfx}",
                 f"nvidia-utils-{branch}-server")
@@ -185,7 +192,9 @@ def for_block(sw: Software, block: BlockType, flavour: Flavour) -> Payload | Non
                    flavour=flavour, driver=driver, pinning=pinning, fabric=fabric,
                    fabric_service=service,
                    dcgm=(f"datacenter-gpu-manager-4-cuda{cuda_major_for(sw, block)}",),
-                   cuda=cuda, pinned_at_driver=pinned)
+                   cuda=cuda, pinned_at_driver=pinned,
+                   kernel_flavour=modules_kernel_flavour(drv.kernel_flavour, arch)
+                   if source == "canonical" and not dgx_os else "")
 
 
 def cuda_repo_distro(os_name: str) -> str:

@@ -248,6 +248,8 @@ def _payload_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
         "cuda_toolkit_package_specs": p.apt_specs(p.cuda, sw),
         "cuda_toolkit_repo_distro": payload_mod.cuda_repo_distro(sw.os),
     }
+    if p.kernel_flavour:  # source canonical: the flavour its modules are for
+        data["nvidia_driver_modules_flavour"] = p.kernel_flavour
     if h.block.imex:
         data["fabric_manager_imex_peers"] = imex_peers(loaded, h)
     return data

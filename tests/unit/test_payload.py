@@ -336,3 +336,44 @@ def test_canonical_modules_follow_the_sites_kernel_flavour(tmp_path):
                                                          "block: gb200-nvl72-tray", 1))
     codes = {f.code for f in checks.check(load(site))}
     assert "kernel-flavour-mixed" in codes
+
+
+@pytest.mark.parametrize(("kernel", "flavour", "fits"), [
+    ("6.8.0-45-generic", "generic", True),
+    ("6.8.0-1015-nvidia", "generic", False),   # a DGX on Ubuntu's -nvidia kernel, default
+    ("6.8.0-1015-nvidia", "nvidia", True),
+    ("6.8.0-45-generic", "generic-hwe-22.04", True),  # HWE kernels are generic ones
+    ("6.8.0-1015-nvidia", "nvidia-hwe-22.04", True),
+    ("6.8.0-45-generic-64k", "generic-64k", True),
+    ("6.8.0-45-generic", "generic-64k", False)])
+def test_canonical_modules_are_refused_on_a_kernel_of_another_flavour(kernel, flavour, fits):
+    """The modules package follows its flavour's kernel meta package: on a host running
+    another flavour apt would add a kernel, and the running one would have no driver."""
+    from tests.conftest import holds, role_task
+    check = role_task("nvidia_driver", "Check the running kernel is of the flavour "
+                      "Canonical's modules are for", "tasks/install.yml")
+    running = ansible_eval(check["vars"]["nvidia_driver_running_flavour"],
+                           nvidia_driver_kernel_release=kernel)
+    assert holds(check["ansible.builtin.assert"]["that"], nvidia_driver_running_flavour=running,
+                 nvidia_driver_modules_flavour=flavour) is fits
+    assert holds(check["when"], ansible_facts={"os_family": "Debian"},
+                 nvidia_driver_source="canonical", nvidia_driver_modules_flavour=flavour)
+
+
+def test_the_modules_flavour_reaches_the_role_from_the_payload(tmp_path):
+    pins = dict(CASES["dgx-h100/canonical-580"][1])
+    p = _payload("dgx-h100", pins)
+    assert p.driver[0].endswith("-" + p.kernel_flavour) and p.kernel_flavour == "generic"
+    assert _payload("gb200-nvl72-tray", pins).kernel_flavour == "generic-64k"
+    assert _payload(*CASES["dgx-h100/nvidia-580"]).kernel_flavour == ""  # DKMS: no check
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventories/example", site,
+                    ignore=shutil.ignore_patterns(".provision"))
+    text = (site / "site.yaml").read_text()
+    (site / "site.yaml").write_text(text.replace(
+        "kernel_modules: auto ", "kernel_modules: auto\n    source: canonical\n"
+        "    kernel_flavour: nvidia ", 1))
+    out = render.render(load(site), tmp_path / "out").out
+    hv = yaml.safe_load((out / "inventory/host_vars/dgx01.yml").read_text())
+    assert hv["nvidia_driver_modules_flavour"] == "nvidia"
+    assert hv["nvidia_driver_packages"][0].endswith("-nvidia")
