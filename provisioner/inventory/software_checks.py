@@ -12,6 +12,7 @@ from provisioner.inventory import compat
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import KeyPath, LoadedSite
 from provisioner.inventory.models import OPEN_ONLY_ARCHS, PROPRIETARY_ONLY_ARCHS
+from provisioner.inventory.software_models import Software
 
 Emit = Callable[..., None]
 
@@ -128,6 +129,7 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
              f"the roles cannot install {sw.os}: {UNSUPPORTED_OS[sw.os]}",
              "use ubuntu-22.04, ubuntu-24.04, dgx-os-6 or dgx-os-7")
     _roce_needs_doca(loaded, emit)
+    _roce_host_priorities(sw, emit)
     if drv is not None and drv.source == "canonical" and drv.version and sw.mirror is None:
         # Ubuntu's archive indexes one build of a package per pocket: an exact pin
         # resolves while that build is current, then apt finds no candidate on a new node
@@ -149,6 +151,22 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     if sw.mirror_key is not None and sw.mirror is None:
         emit("mirror-key-without-mirror", ("software", "mirror_key"),
              "mirror_key is set but no mirror is", "set software.mirror, or drop mirror_key")
+
+
+def _roce_host_priorities(sw: Software, emit: Emit) -> None:
+    """The host sets `mlnx_qos --trust dscp` and leaves the NIC's DSCP-to-priority map at
+    mlx5's default, priority = DSCP / 8 (mlnx_qos -i shows "prio:3 dscp:31,...,24", the
+    output fabric/live.py reads, tests/unit/test_fabric_live.py). A site priority off that map
+    gets PFC and ECN on a priority the host never sends on: the switch and host disagree."""
+    roce = sw.roce
+    for what, dscp, prio, key in (("RoCE", roce.dscp, roce.priority, "priority"),
+                                  ("CNP", roce.cnp_dscp, roce.cnp_priority, "cnp_priority")):
+        if dscp >> 3 != prio:
+            emit("roce-priority-off-the-host-map", ("software", "roce", key),
+                 f"{what} DSCP {dscp} is priority {dscp >> 3} on the hosts (the NIC's "
+                 f"default map in trust-dscp mode, DSCP / 8), not {key} {prio}",
+                 f"set {key}: {dscp >> 3}, or a DSCP from {prio * 8} to {prio * 8 + 7}",
+                 at_key=True)
 
 
 def _roce_needs_doca(loaded: LoadedSite, emit: Emit) -> None:

@@ -34,6 +34,26 @@ def test_roce_nodes_need_doca_unless_dgx_os_brings_its_own(tmp_path):
     assert not [f for f in check(load(site)) if f.code == "roce-without-doca"]
 
 
+@pytest.mark.parametrize(("roce", "refused"), [
+    ("dscp: 26, priority: 3", {}),
+    ("dscp: 26, priority: 4", {"priority": "set priority: 3, or a DSCP from 32 to 39"}),
+    ("dscp: 34, priority: 4", {}),
+    ("dscp: 26, priority: 3, cnp_dscp: 46, cnp_priority: 6",
+     {"cnp_priority": "set cnp_priority: 5, or a DSCP from 48 to 55"})])
+def test_roce_priorities_are_the_ones_the_hosts_nic_maps_the_dscp_to(tmp_path, roce, refused):
+    """The host trusts DSCP and keeps the NIC's default map (priority = DSCP / 8): a site
+    priority off it would get PFC on a priority the host never sends on."""
+    from provisioner.inventory.checks import check
+    site = tmp_path / "s.yaml"
+    text = (SITES / "dgx_h100.yaml").read_text()
+    assert "dscp: 26, priority: 3}" in text
+    site.write_text(text.replace("dscp: 26, priority: 3}", roce + "}"))
+    hits = {f.location.key_path.rsplit(".", 1)[-1]: f for f in check(load(site))
+            if f.code == "roce-priority-off-the-host-map"}
+    assert {k: f.hint for k, f in hits.items()} == refused
+    assert all(f.severity.value == "error" and f.location.line == 15 for f in hits.values())
+
+
 def test_an_exact_pin_on_canonicals_archive_is_warned_about(tmp_path):
     """Ubuntu's archive indexes one build per pocket: an exact driver pin from it resolves
     only until the next build, unless the site's own mirror keeps it."""
