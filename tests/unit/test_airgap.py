@@ -81,3 +81,29 @@ def test_an_unmirrored_site_names_its_upstreams(tmp_path):
     out = render.render(load(EXAMPLE), tmp_path / "out").out
     hv = (out / "inventory/host_vars/dgx01.yml").read_text()
     assert "developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/" in hv
+
+
+def test_kubeadm_pulls_coredns_from_the_mirror_at_upstreams_path(tmp_path):
+    """kubeadm names CoreDNS registry.k8s.io/coredns/coredns, but <repository>/coredns for
+    any other imageRepository (GetDNSImage, cmd/kubeadm/app/images/images.go): the mirror
+    keeps upstream's paths, so the site's kubeadm configuration names CoreDNS's own."""
+    import yaml
+
+    from tests.unit.test_kubernetes_payload import _template
+    out = render.render(_site(tmp_path), tmp_path / "out").out
+    gv = yaml.safe_load((out / "inventory/group_vars/all.yml").read_text())
+    init = _template("kubernetes", "kubeadm-init.yaml.j2", **gv, inventory_hostname="cp01",
+                     kubernetes_kubeadm_api="kubeadm.k8s.io/v1beta4",
+                     kubernetes_advertise_address="10.250.0.11")
+    cluster = next(d for d in yaml.safe_load_all(init) if d["kind"] == "ClusterConfiguration")
+    assert cluster["imageRepository"] == f"{MIRROR_HOST}:5000"
+    # kubeadm's own rule: the dns repository, then the image name coredns
+    assert f"{cluster['dns']['imageRepository']}/coredns" == f"{MIRROR_HOST}:5000/coredns/coredns"
+    # an unmirrored site leaves both to kubeadm's defaults
+    gv_up = yaml.safe_load((render.render(load(EXAMPLE), tmp_path / "up").out
+                            / "inventory/group_vars/all.yml").read_text())
+    plain = _template("kubernetes", "kubeadm-init.yaml.j2", **gv_up, inventory_hostname="cp01",
+                      kubernetes_kubeadm_api="kubeadm.k8s.io/v1beta4",
+                      kubernetes_advertise_address="10.250.0.11")
+    cluster = next(d for d in yaml.safe_load_all(plain) if d["kind"] == "ClusterConfiguration")
+    assert "imageRepository" not in cluster and "dns" not in cluster
