@@ -8,7 +8,9 @@ review the diff like code). The facts each list rests on are cited in provisione
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 from typing import Any
 
 import jinja2
@@ -19,7 +21,7 @@ from provisioner import payload, render
 from provisioner.inventory import load
 from provisioner.inventory.loader import shipped_catalog
 from provisioner.inventory.software_models import Software
-from tests.conftest import FIXTURES, ROOT, ansible_eval
+from tests.conftest import FIXTURES, ROOT, ansible_eval, holds, role_task
 
 SITES = FIXTURES / "sites"
 GOLDEN = ROOT / "tests" / "golden" / "payload" / "packages.yml"
@@ -349,7 +351,6 @@ def test_canonical_modules_follow_the_sites_kernel_flavour(tmp_path):
 def test_canonical_modules_are_refused_on_a_kernel_of_another_flavour(kernel, flavour, fits):
     """The modules package follows its flavour's kernel meta package: on a host running
     another flavour apt would add a kernel, and the running one would have no driver."""
-    from tests.conftest import holds, role_task
     check = role_task("nvidia_driver", "Check the running kernel is of the flavour "
                       "Canonical's modules are for", "tasks/install.yml")
     running = ansible_eval(check["vars"]["nvidia_driver_running_flavour"],
@@ -377,3 +378,45 @@ def test_the_modules_flavour_reaches_the_role_from_the_payload(tmp_path):
     hv = yaml.safe_load((out / "inventory/host_vars/dgx01.yml").read_text())
     assert hv["nvidia_driver_modules_flavour"] == "nvidia"
     assert hv["nvidia_driver_packages"][0].endswith("-nvidia")
+
+
+MAPS = """\
+55d0c0a00000-55d0c0a21000 r--p 00000000 fd:01 1311 /usr/bin/nv-hostengine
+7f2a1c000000-7f2a1c200000 r-xp 00000000 fd:01 2211 /usr/lib/x86_64-linux-gnu/libdcgm.so.4.2.3
+7f2a1d000000-7f2a1d100000 r-xp 00000000 fd:01 2290 /usr/lib/x86_64-linux-gnu/libnvidia-nscq.so.570
+7f2a1e000000-7f2a1e010000 rw-s 00000000 00:01 4096 /memfd:dcgm-shm (deleted)
+"""
+
+
+@pytest.mark.parametrize(("replaced", "state"), [
+    ((), "started"),
+    (("libnvidia-nscq.so.570",), "restarted"),   # nscq moved after the reboot
+    (("libdcgm.so.4.2.3",), "restarted")])              # DCGM itself moved
+def test_the_host_engine_restarts_when_an_upgrade_replaced_its_libraries(replaced, state):
+    """No package restarts nv-hostengine: the role reads its memory map, where a library a
+    package upgrade replaced shows "(deleted)", and restarts it then; a deleted memfd (its
+    shared memory) is not a replaced library."""
+    read = role_task("dcgm", "Read whether the running host engine maps libraries an "
+                     "upgrade replaced")
+    pattern = re.search(r"grep -E '([^']+)'", read["ansible.builtin.shell"]["cmd"])
+    assert pattern is not None
+    maps = "".join(line + (" (deleted)" if line.endswith(replaced) and replaced else "") + "\n"
+                   for line in MAPS.splitlines())
+    seen = subprocess.run(["grep", "-E", pattern.group(1)], input=maps, text=True,
+                          capture_output=True).stdout
+    start = role_task("dcgm", "Start the DCGM host engine (again where it runs replaced "
+                      "libraries), enabled at boot")
+    assert ansible_eval(start["ansible.builtin.systemd_service"]["state"],
+                        dcgm_engine_replaced={"stdout": seen}) == state
+
+
+def test_fabric_manager_or_imex_restarts_when_its_package_moved():
+    start = role_task("fabric_manager", "Start fabric manager (or IMEX) and enable it at boot")
+    state = start["ansible.builtin.systemd_service"]["state"]
+    assert ansible_eval(state, fabric_manager_install={"changed": True}) == "restarted"
+    assert ansible_eval(state, fabric_manager_install={"changed": False}) == "started"
+    assert ansible_eval(state, fabric_manager_install={"skipped": True,
+                                                        "changed": False}) == "started"
+    install = role_task("fabric_manager", "Install fabric manager and nscq (or IMEX) at the "
+                        "driver version")
+    assert install["register"] == "fabric_manager_install"
