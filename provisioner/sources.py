@@ -109,7 +109,7 @@ def site_vars(sw: Software) -> dict[str, Any]:
     """Site-wide sources: Kubernetes and Helm apt repositories, charts, CNI, images, NTP."""
     src = sw.sources
     data: dict[str, Any] = {"base_os_ntp_servers": list(src.ntp_servers)}
-    if not src.ntp_servers and not sw.mirror:
+    if not src.ntp_servers:  # validate warns a mirrored (air-gapped?) site about it
         data["base_os_ntp_pools"] = [DEFAULT_NTP_POOL]
     k8s = sw.kubernetes
     if k8s is None:

@@ -144,6 +144,7 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     if sw.mirror is not None and not sw.mirror.startswith(("http://", "https://", "file://")):
         emit("bad-mirror", ("software", "mirror"), f"mirror '{sw.mirror}' is not a URL",
              "write http://mirror.example/ubuntu or file:///srv/mirror")
+    _mirror_without_sources(loaded, emit)
     if sw.mirror_suites is not None and sw.mirror is None:
         emit("mirror-suites-without-mirror", ("software", "mirror_suites"),
              "mirror_suites is set but no mirror is: the nodes keep their own sources",
@@ -151,6 +152,32 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     if sw.mirror_key is not None and sw.mirror is None:
         emit("mirror-key-without-mirror", ("software", "mirror_key"),
              "mirror_key is set but no mirror is", "set software.mirror, or drop mirror_key")
+
+
+def _mirror_without_sources(loaded: LoadedSite, emit: Emit) -> None:
+    """A site with its own apt mirror is often air-gapped: what it leaves unset comes from
+    the internet (sources.py), which such a site cannot reach. Without NTP servers chrony
+    gets only the distribution's pool, so the nodes' clocks drift apart and kubeadm's and
+    etcd's certificates fail as not yet valid. The lab's mirror (its overlay) is not said:
+    the lab has no internet and no time source by design."""
+    from provisioner.sources import CNI_MANIFESTS  # sources imports the inventory
+
+    sw = loaded.site.software
+    if sw.mirror is None or loaded.lab_hosts:
+        return
+    src, k8s = sw.sources, sw.kubernetes
+    unset = [name for name, needed in (
+        ("ntp_servers (chrony would use the distribution's pool)", not src.ntp_servers),
+        ("registry_mirror (images)", k8s is not None and src.registry_mirror is None),
+        ("helm_repo (charts)", k8s is not None and src.helm_repo is None),
+        ("manifests (the CNI manifest)", k8s is not None and k8s.cni in CNI_MANIFESTS
+         and src.manifests is None)) if needed]
+    if unset:
+        emit("mirror-without-sources", ("software", "mirror"),
+             "software.mirror is set but software.sources." + ", ".join(unset)
+             + " is not: the nodes fetch these from the internet, which an air-gapped "
+             "site cannot reach", "set them in software.sources to the site's own servers",
+             severity=Severity.WARNING)
 
 
 def _roce_host_priorities(sw: Software, emit: Emit) -> None:

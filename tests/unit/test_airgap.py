@@ -107,3 +107,41 @@ def test_kubeadm_pulls_coredns_from_the_mirror_at_upstreams_path(tmp_path):
                       kubernetes_advertise_address="10.250.0.11")
     cluster = next(d for d in yaml.safe_load_all(plain) if d["kind"] == "ClusterConfiguration")
     assert "imageRepository" not in cluster and "dns" not in cluster
+
+
+def test_a_mirrored_site_is_told_what_it_still_fetches_from_the_internet(tmp_path):
+    """A mirror without the other sources: validate names each one the nodes would still
+    fetch from the internet; chrony keeps the distribution's pool rather than no source."""
+    from provisioner.inventory.checks import check
+
+    def said(loaded):
+        return [f for f in check(loaded) if f.code == "mirror-without-sources"]
+
+    assert said(_site(tmp_path)) == []  # every source set
+    site = tmp_path / "partial"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    text = (site / "site.yaml").read_text()
+    (site / "site.yaml").write_text(text.replace(
+        "software:\n  os: ubuntu-22.04\n",
+        f"software:\n  os: ubuntu-22.04\n  mirror: http://{MIRROR_HOST}/ubuntu\n"
+        "  sources: {helm_repo: http://" + MIRROR_HOST + "/charts}\n"))
+    loaded = load(site)
+    found = said(loaded)
+    assert len(found) == 1 and found[0].severity.value == "warning"
+    assert found[0].location is not None and found[0].location.key_path == "software.mirror"
+    for name in ("ntp_servers", "registry_mirror", "manifests"):
+        assert name in found[0].message
+    assert "helm_repo" not in found[0].message
+    gv = (render.render(loaded, tmp_path / "out").out / "inventory/group_vars/all.yml")
+    assert f"base_os_ntp_pools:\n- {sources.DEFAULT_NTP_POOL}" in gv.read_text()
+    # an unmirrored site is not told, nor the lab, whose overlay sets its own mirror
+    assert said(load(EXAMPLE)) == []
+    lab = tmp_path / "lab"
+    shutil.copytree(EXAMPLE, lab, ignore=shutil.ignore_patterns(".provision"))
+    (lab / ".provision/lab").mkdir(parents=True)
+    (lab / ".provision/lab/overlay.yaml").write_text(
+        "bmc:\n  dgx01: {address: 127.0.0.1, port: 8000, scheme: http}\n"
+        "software: {mirror: 'http://10.250.0.1:8080/debian'}\n")
+    in_lab = load(lab)
+    assert in_lab.site.software.mirror and in_lab.lab_hosts
+    assert said(in_lab) == []
