@@ -194,24 +194,35 @@ def test_a_dropped_driver_pin_goes_and_so_does_a_pinning_package_of_another_vers
                 ) is acts
 
 
-def test_nvidias_dkms_modules_are_refused_on_a_secure_boot_host():
+def test_dkms_modules_are_refused_on_a_secure_boot_host():
     """DKMS modules signed with a key the firmware does not trust would not load after the
-    reboot: the role reads mokutil and sends such a host to Canonical's signed modules; a
-    host with Ubuntu's MOK enrolled, or a shim that does not validate, goes on."""
-    names = [t["name"] for t in yaml.safe_load(
-        (ROOT / "roles/nvidia_driver/tasks/install.yml").read_text())]
-    refuse = "Refuse NVIDIA's DKMS modules on a Secure Boot host without an enrolled key"
-    assert names.index("Read whether Secure Boot is on and the machine owner key enrolled") \
-        < names.index(refuse) < names.index("Add NVIDIA's CUDA repository before the driver")
-    task = role_task("nvidia_driver", refuse, "tasks/install.yml")
-    [that] = task["ansible.builtin.assert"]["that"]
+    reboot: base_os reads mokutil once, whatever the tags; the driver role sends such a host
+    to Canonical's signed modules and roce_host stops before DOCA's; a host with Ubuntu's
+    MOK enrolled, or a shim that does not validate, goes on."""
+    read = role_task("base_os", "Read whether Secure Boot is on and the machine owner key "
+                     "enrolled")
+    note = role_task("base_os", "Note whether Secure Boot would refuse modules built with "
+                     "DKMS here")
+    assert read["tags"] == note["tags"] == ["always"]
+    assert read["ansible.builtin.command"]["argv"] == "{{ item }}" and read["loop"] == [
+        ["mokutil", "--sb-state"], ["mokutil", "--test-key", "/var/lib/shim-signed/mok/MOK.der"]]
     enrolled = "/var/lib/shim-signed/mok/MOK.der is already enrolled\n"
     missing = "/var/lib/shim-signed/mok/MOK.der is not enrolled\n"
+    driver = role_task("nvidia_driver", "Refuse NVIDIA's DKMS modules on a Secure Boot host "
+                       "without an enrolled key", "tasks/install.yml")
+    doca = role_task("roce_host", "Refuse DOCA's DKMS modules on a Secure Boot host without "
+                     "an enrolled key")
 
     def goes_on(sb: str, mok: str, results: list[dict[str, str]] | None = None) -> bool:
         found = {"results": [{"stdout": sb}, {"stdout": mok}] if results is None else results}
-        ctx = {"nvidia_driver_secure_boot": found}
-        return holds(that, **ctx, **{k: ansible_eval(v, **ctx) for k, v in task["vars"].items()})
+        ctx = {"base_os_secure_boot": found}
+        ctx |= {k: ansible_eval(v, **ctx) for k, v in note["vars"].items()}
+        refuses = ansible_eval(note["ansible.builtin.set_fact"][
+            "base_os_secure_boot_refuses_dkms"], **ctx)
+        verdicts = {holds(t["ansible.builtin.assert"]["that"],
+                          base_os_secure_boot_refuses_dkms=refuses) for t in (driver, doca)}
+        assert len(verdicts) == 1  # the two roles agree
+        return verdicts.pop()
 
     assert not goes_on("SecureBoot enabled\n", missing)
     assert goes_on("SecureBoot enabled\n", enrolled)
@@ -219,8 +230,15 @@ def test_nvidias_dkms_modules_are_refused_on_a_secure_boot_host():
     assert goes_on("SecureBoot disabled\n", missing)
     assert goes_on("EFI variables are not supported on this system\n", "")
     assert goes_on("", "", results=[{}, {}])  # mokutil missing: nothing printed
-    assert "source: canonical" in task["ansible.builtin.assert"]["fail_msg"]
-    assert "nvidia_driver_source == 'nvidia'" in task["when"]
+    assert goes_on("", "", results=[])  # not read (not Debian): results absent
+    # a role run alone (molecule) has no base_os fact: nothing to refuse
+    assert holds(driver["ansible.builtin.assert"]["that"])
+    assert "source: canonical" in driver["ansible.builtin.assert"]["fail_msg"]
+    assert "nvidia_driver_source == 'nvidia'" in driver["when"]
+    assert "roce_host_install_doca" in doca["when"]
+    tasks = [t["name"] for t in yaml.safe_load((ROOT / "roles/roce_host/tasks/main.yml")
+                                               .read_text())]
+    assert tasks.index(doca["name"]) < tasks.index("Install DOCA (MOFED)")
 
 
 def test_fabric_manager_is_held_at_one_driver_build(tmp_path):
