@@ -118,6 +118,13 @@ def apply_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
                   "--drain-fallback", help="After the drain timeout: 'none' fails the node "
                   "(it stays cordoned); 'delete' deletes the blocked pods (logged).")]
               = Fallback.none,
+              drain_force: Annotated[bool, typer.Option(
+                  "--drain-force", help="Evict pods no controller owns too (kubectl "
+                  "drain's --force): nothing recreates them.")] = False,
+              drain_delete_emptydir_data: Annotated[bool, typer.Option(
+                  "--drain-delete-emptydir-data", help="Evict pods with emptyDir volumes "
+                  "too (kubectl drain's option of that name): their data goes with them.")]
+              = False,
               kube_api: Annotated[str | None, typer.Option(
                   "--kube-api", help="API server URL (the lab's stand-in, or a real one "
                   "with --kube-token-env).")] = None,
@@ -150,7 +157,9 @@ def apply_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
         plan=_plan_opts(batch, max_unavailable, failure_domain), limit=limit,
         max_failures=max_failures, forks=forks, gate_timeout_s=gate_timeout,
         drain=DrainOptions(timeout_s=drain_timeout,
-                           fallback_delete=drain_fallback is Fallback.delete))
+                           fallback_delete=drain_fallback is Fallback.delete,
+                           force=drain_force,
+                           delete_emptydir_data=drain_delete_emptydir_data))
     out = console(json_out)
     notice = ("stopping: the batch in flight finishes its step and is recorded; nodes stay "
               "cordoned where they are; `provision upgrade apply` resumes")

@@ -43,6 +43,12 @@ class PodRef:
     # which pod of that name: a StatefulSet pod evicted and recreated under the same name
     # is another pod (kubectl drain waits on UIDs for that reason)
     uid: str = ""
+    # kubectl drain's filters (k8s.io/kubectl/pkg/drain/filters.go): a pod no controller
+    # owns is deleted for good, and an emptyDir's data with its pod; drain refuses both
+    # unless told (--force, --delete-emptydir-data). A finished pod is never refused.
+    unmanaged: bool = False
+    local_storage: bool = False
+    finished: bool = False
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"

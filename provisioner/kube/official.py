@@ -88,12 +88,17 @@ class OfficialClient:
         out = []
         for p in pods.items:
             meta = p.metadata
-            owners = meta.owner_references or []
+            # the owner kubectl drain goes by: the one marked controller (GetControllerOf)
+            controller = next((o for o in meta.owner_references or [] if o.controller), None)
             annotations = meta.annotations or {}
+            volumes = (p.spec.volumes if p.spec is not None else None) or []
             out.append(PodRef(meta.namespace, meta.name,
-                              owners[0].kind if owners else None,
+                              controller.kind if controller is not None else None,
                               "kubernetes.io/config.mirror" in annotations,
-                              meta.uid or ""))
+                              meta.uid or "", unmanaged=controller is None,
+                              local_storage=any(v.empty_dir is not None for v in volumes),
+                              finished=(p.status.phase if p.status is not None else None)
+                              in ("Succeeded", "Failed")))
         return out
 
     def evict(self, pod: PodRef, grace_s: int | None = None) -> Eviction:

@@ -78,14 +78,18 @@ def _pod_json(p: dict[str, Any]) -> dict[str, Any]:
                             "uid": p.get("uid", f"uid-{p['namespace']}-{p['name']}")}
     if p.get("owner"):
         meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": p["owner"],
-                                    "name": p["name"] + "-owner", "uid": "0"}]
+                                    "name": p["name"] + "-owner", "uid": "0",
+                                    "controller": True}]
     if p.get("deleting"):  # evicted or deleted, still in its grace period
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     if p.get("mirror"):  # a static pod's mirror: the kubelet's config hash annotation
         meta["annotations"] = {"kubernetes.io/config.mirror": "stand-in"}
     container = {"name": p.get("container", "c"), "image": p.get("image", "stand-in")}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": {"nodeName": p["node"], "containers": [container]}}
+    spec: dict[str, Any] = {"nodeName": p["node"], "containers": [container]}
+    if p.get("emptydir"):  # scratch space that goes with the pod
+        spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
+            "status": {"phase": p.get("phase", "Running")}}
 
 
 def _delete(w: dict[str, Any], pod: dict[str, Any]) -> None:

@@ -47,6 +47,8 @@ class DrainOptions:
     timeout_s: float = 600.0
     retry_s: float = 5.0
     fallback_delete: bool = False  # --drain-fallback delete: the operator's explicit word
+    force: bool = False  # --drain-force: pods no controller owns are evicted too
+    delete_emptydir_data: bool = False  # --drain-delete-emptydir-data
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ def run_batch(r: Rolling, batch: list[str], stop: threading.Event) -> None:
     """Take one batch through cordon, drain, install, gate and uncordon."""
     j = r.journal
     drain = Drain(r.kube, j, r.drain.timeout_s, r.drain.retry_s, r.drain.fallback_delete,
-                  r.clock)
+                  r.clock, force=r.drain.force,
+                  delete_emptydir_data=r.drain.delete_emptydir_data)
     engine.NodeStage([Cordon(r.kube, r.bundle), DrainBegin(), drain],
                      concurrency=max(1, len(batch))).run(j, batch, stop)
     todo = [h for h in batch if j.phase(h) is Phase.UPGRADING]

@@ -73,10 +73,13 @@ class Drain:
     clock: Clock = field(default_factory=Clock)
     name: str = "drain"
     source: Phase = Phase.DRAINING
+    force: bool = False  # --drain-force: evict pods no controller owns (kubectl's --force)
+    delete_emptydir_data: bool = False  # --drain-delete-emptydir-data, as kubectl's
 
     def __call__(self, host: str, session: object) -> dict[str, Any]:
         pods = [p for p in self.kube.pods_on(host)
                 if p.owner_kind != "DaemonSet" and not p.mirror]
+        self._refuse_what_kubectl_drain_would(pods)
         start = self.clock.now()
         evicted = blocked_tries = 0
         gone: list[PodRef] = []  # evicted or deleted: waited for until they are not listed
@@ -113,6 +116,21 @@ class Drain:
                 raise StepInterrupted
         waited = self._until_gone(host, gone, start)
         return {"evicted": evicted, "blocked_tries": blocked_tries, "terminating_polls": waited}
+
+    def _refuse_what_kubectl_drain_would(self, pods: list[PodRef]) -> None:
+        """kubectl drain evicts nothing while a pod would be lost for good (no controller
+        recreates it) or would take its emptyDir data with it, unless told: at 3 a.m. a
+        bare pod (an interactive GPU session) or a job's scratch space is someone's work."""
+        live = [p for p in pods if not p.finished]
+        refused = [f"{p} (no controller would recreate it: --drain-force)"
+                   for p in live if p.unmanaged and not self.force]
+        refused += [f"{p} (its emptyDir data goes with it: --drain-delete-emptydir-data)"
+                    for p in live if p.local_storage and not self.delete_emptydir_data]
+        if refused:
+            shown = "; ".join(refused[:5]) + (" ..." if len(refused) > 5 else "")
+            raise StepFailed(f"drain: {len(refused)} pod(s) kubectl drain would not evict "
+                             f"without being told: {shown}; nothing was evicted and the "
+                             "node stays cordoned. Move them, or pass the option named")
 
     def _until_gone(self, host: str, pods: list[PodRef], start: float) -> int:
         """Wait until the evicted pods have terminated (their grace period: a training job

@@ -151,3 +151,44 @@ def test_drain_does_not_wait_for_a_pod_recreated_under_the_same_name(
     assert detail["evicted"] == 2 and detail["terminating_polls"] == 0
     left = {p["name"]: p.get("uid") for p in api.load()["pods"]}
     assert left == {"dp": None, "job-a": "uid-job-a-2"}
+
+
+def test_drain_refuses_what_kubectl_drain_would_and_evicts_nothing(tmp_path: Path) -> None:
+    """A pod no controller owns is gone for good once evicted, an emptyDir's data with its
+    pod: as kubectl drain, the step evicts nothing until told (--drain-force,
+    --drain-delete-emptydir-data); a finished bare pod is no one's work."""
+    srv = StandInApiServer(tmp_path / "world.json")
+    w = world(["n1"])
+    w["pods"] = [
+        {"namespace": "kube-system", "name": "dp", "node": "n1", "owner": "DaemonSet"},
+        {"namespace": "train", "name": "job-a", "node": "n1", "owner": "Job"},
+        {"namespace": "dev", "name": "notebook", "node": "n1"},  # kubectl run
+        {"namespace": "train", "name": "scratch", "node": "n1", "owner": "Job",
+         "emptydir": True},
+        {"namespace": "dev", "name": "done", "node": "n1", "phase": "Succeeded"},
+    ]
+    srv.save(w)
+    srv.start()
+    try:
+        kube = OfficialClient(url=srv.url)
+        seen = {p.name: (p.unmanaged, p.local_storage, p.finished) for p in kube.pods_on("n1")}
+        assert seen == {"dp": (False, False, False), "job-a": (False, False, False),
+                        "notebook": (True, False, False), "scratch": (False, True, False),
+                        "done": (True, False, True)}
+        drain = Drain(kube, None, timeout_s=5, retry_s=0.01)  # type: ignore[arg-type]
+        with pytest.raises(StepFailed) as refused:
+            drain("n1", None)
+        why = str(refused.value)
+        assert why.startswith("drain: 2 pod(s) kubectl drain would not evict")
+        assert "dev/notebook (no controller would recreate it: --drain-force)" in why
+        assert "train/scratch (its emptyDir data goes with it: " \
+               "--drain-delete-emptydir-data)" in why
+        assert "dev/done" not in why and "nothing was evicted" in why
+        assert len(srv.load()["pods"]) == 5  # nothing evicted
+        told = Drain(kube, None, timeout_s=5, retry_s=0.01, force=True,  # type: ignore[arg-type]
+                     delete_emptydir_data=True)
+        assert told("n1", None)["evicted"] == 4
+        assert {p["name"] for p in srv.load()["pods"]} == {"dp"}
+    finally:
+        srv.shutdown()
+        srv.server_close()
