@@ -61,8 +61,15 @@ def run_site(site: Path) -> runner.RunResult:
 
 def test_site_runs_for_real_then_changes_nothing(site_lab):
     site, state = site_lab
+    # a vendor source the node came with (DGX OS's repository packages write such files):
+    # with the site's mirror set, apt must not try the internet host it names
+    vendor = "deb https://repo.download.nvidia.com/baseos/ubuntu/jammy/x86_64/ jammy common"
+    on_dgx02(f"echo '{vendor}' > /etc/apt/sources.list.d/dgx.list", state)
     first = run_site(site)
     assert first.ok, [f"{e.host} | {e.task}: {e.message}" for e in first.failures]
+    aside = upper(state, "dgx02") / "etc/apt/sources.list.d"
+    assert not (aside / "dgx.list").exists()
+    assert (aside / "dgx.list.disabled-by-provisioner").read_text().strip() == vendor
     assert set(first.hosts) == {"cp01", "cp02", "cp03", "dgx01", "dgx02", "stor01"}
 
     # files really written inside each host's own copy-on-write layer, nowhere else
