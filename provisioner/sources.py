@@ -69,6 +69,11 @@ PAUSE_TAGS: tuple[tuple[tuple[int, int], str], ...] = (
 DEFAULT_NTP_POOL = "ntp.ubuntu.com"
 
 
+# "SIG Node has designated v1.35 as the last release to support the containerd v1.X
+# series" (Kubernetes v1.35 release blog): from 1.36 the kubelet needs containerd 2.0.
+CONTAINERD_2_FROM = (1, 36)
+
+
 def pause_tag(kubernetes_version: str) -> str:
     """The pause image tag kubeadm of this Kubernetes version pulls."""
     minor = version_tuple(kubernetes_version)[:2]
@@ -137,6 +142,8 @@ def site_vars(sw: Software) -> dict[str, Any]:
     reg = registry_host(src.registry_mirror) if src.registry_mirror else None
     data["container_runtime_registry_mirror"] = _base(src.registry_mirror) \
         if src.registry_mirror else ""
+    if version_tuple(k8s.version)[:2] >= CONTAINERD_2_FROM:
+        data["container_runtime_containerd_min_version"] = "2.0.0"
     pause = f"{reg}/pause" if reg else PAUSE_IMAGE
     data["container_runtime_sandbox_image"] = f"{pause}:{pause_tag(k8s.version)}"
     data["kubernetes_image_repository"] = reg or ""

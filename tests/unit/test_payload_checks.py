@@ -7,10 +7,12 @@ with Ansible's own filters where they use them."""
 from __future__ import annotations
 
 import base64
+import shutil
 
 import pytest
 import yaml
 
+from provisioner import render
 from provisioner.errors import InventoryError
 from provisioner.inventory import load
 from tests.conftest import FIXTURES, ROOT, ansible_eval, holds, role_task
@@ -94,28 +96,44 @@ def test_on_dgx_os_the_pin_must_be_the_driver_dgx_os_runs():
     assert pin_holds("570.124.06\n") and not pin_holds("570.133.20\n")
 
 
-@pytest.mark.parametrize(("installed", "mirror", "ok"), [
-    ("1.5.9-0ubuntu3", "", False),  # Ubuntu 22.04's release pocket: no CRI v1
-    ("1.6.12-0ubuntu1~22.04.1", "", True),
+@pytest.mark.parametrize(("installed", "mirror", "kubernetes", "ok"), [
+    ("1.5.9-0ubuntu3", "", "1.31.4", False),  # Ubuntu 22.04's release pocket: no CRI v1
+    ("1.6.12-0ubuntu1~22.04.1", "", "1.31.4", True),
     # certs.d/_default (the site's one registry mirror) came in 1.6.17 and 1.7.0
-    ("1.6.12-0ubuntu1~22.04.1", "http://10.0.0.5:5000", False),
-    ("1.6.20~ds1-1+b1", "http://10.0.0.5:5000", True),  # Debian 12 (the lab's hosts)
-    ("1.7.12-0ubuntu2~22.04.1", "", True), ("2.0.2-0ubuntu1", "http://m", True),
-    ("1:1.7.27-1", "", True)])
-def test_a_containerd_without_cri_v1_or_the_mirror_default_is_refused(installed, mirror, ok):
-    """The role reads containerd's package version and refuses one the kubelet cannot talk
-    to, or, where the site pulls through a registry mirror, one that ignores it; evaluated
-    with Ansible's own filters, as the play does."""
+    ("1.6.12-0ubuntu1~22.04.1", "http://10.0.0.5:5000", "1.31.4", False),
+    ("1.6.20~ds1-1+b1", "http://10.0.0.5:5000", "1.31.4", True),  # Debian 12 (the lab's)
+    ("1.7.12-0ubuntu2~22.04.1", "", "1.31.4", True),
+    ("2.0.2-0ubuntu1", "http://m", "1.31.4", True), ("1:1.7.27-1", "", "1.35.0", True),
+    # Kubernetes 1.36 and later: containerd 2, with or without a mirror
+    ("1:1.7.27-1", "", "1.36.0", False), ("1.7.28-0ubuntu1", "http://m", "1.36.0", False),
+    ("2.0.2-0ubuntu1", "http://m", "1.36.0", True), ("2.1.4-1", "", "1.37.1", True)])
+def test_a_containerd_the_kubelet_cannot_use_or_the_mirror_default_is_refused(
+        tmp_path, installed, mirror, kubernetes, ok):
+    """The role reads containerd's package version and refuses one the kubelet of the
+    site's Kubernetes cannot use (no CRI v1; containerd 1.x from Kubernetes 1.36, whose floor
+    render writes), or, where the site pulls through a registry mirror, one that ignores
+    it; evaluated with Ansible's own filters, as the play does."""
     task = role_task("container_runtime", "Refuse a containerd without CRI v1 (or, with a "
                      "registry mirror, without _default)")
     defaults = yaml.safe_load((ROOT / "roles/container_runtime/defaults/main.yml").read_text())
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventories/example", site,
+                    ignore=shutil.ignore_patterns(".provision"))
+    text = (site / "site.yaml").read_text()
+    (site / "site.yaml").write_text(text.replace('version: "1.31.4"',
+                                                 f'version: "{kubernetes}"'))
+    rendered = yaml.safe_load((render.render(load(site), tmp_path / "o").out
+                               / "inventory/group_vars/all.yml").read_text())
     ctx = {"container_runtime_containerd_version": {"stdout": installed, "rc": 0},
            "container_runtime_registry_mirror": mirror,
-           **{k: defaults[k] for k in ("container_runtime_containerd_min_version",
-                                       "container_runtime_containerd_mirror_min_version")}}
-    for name in ("container_runtime_containerd_found", "container_runtime_containerd_floor"):
+           **{k: rendered.get(k, defaults[k]) for k in (
+               "container_runtime_containerd_min_version",
+               "container_runtime_containerd_mirror_min_version")}}
+    for name in ("container_runtime_containerd_found", "container_runtime_containerd_for_mirror",
+                 "container_runtime_containerd_floor"):
         ctx[name] = ansible_eval(task["vars"][name], **ctx)
     assert all(holds(c, **ctx) for c in task["ansible.builtin.assert"]["that"]) is ok
+    assert ansible_eval(task["ansible.builtin.assert"]["fail_msg"], **ctx)
 
 
 def test_the_upgrade_gate_fails_a_diagnostic_as_the_install_gate_does():
