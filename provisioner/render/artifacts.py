@@ -10,6 +10,10 @@ from provisioner.inventory.models import Role
 from provisioner.inventory.topology import HostPlan, has_roce, host_plans
 from provisioner.payload import KERNEL_HEADERS
 
+# A chart's and a manifest's images are the chart's own data, at its pinned version: the
+# list names where to read them rather than keeping a copy that would drift.
+_CHART_IMAGES = "the images the {} chart deploys (`helm template` of it, image: lines)"
+
 
 def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
     """Every package, chart, image and file the rendered roles fetch, for an offline mirror."""
@@ -85,8 +89,12 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
         if cni in sources.CNI_MANIFESTS:
             add("file", f"{cni} CNI manifest ({sources.CNI_MANIFESTS[cni][1]})",
                 sources.CNI_VERSIONS[cni], "kubernetes", k8s)
+            add("image-set", f"the images the {cni} manifest names (its image: lines)",
+                sources.CNI_VERSIONS[cni], "kubernetes", k8s)
         if cni == "cilium":
             add("helm-chart", "cilium/cilium", sources.CNI_VERSIONS[cni], "kubernetes", k8s)
+            add("image-set", _CHART_IMAGES.format("cilium/cilium"), sources.CNI_VERSIONS[cni],
+                "kubernetes", k8s)
         control = [h for h in k8s if Role.CONTROL_PLANE in h.roles]
         if gpu or roce or cni == "cilium":  # helm runs on the first control plane only
             add("package", "helm", "", "kubernetes", control[:1])
@@ -96,9 +104,13 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
         if gpu:
             add("helm-chart", "nvidia/gpu-operator", sources.GPU_OPERATOR_CHART_VERSION,
                 "kubernetes", k8s)
+            add("image-set", _CHART_IMAGES.format("nvidia/gpu-operator"),
+                sources.GPU_OPERATOR_CHART_VERSION, "kubernetes", k8s)
         if roce:
             add("helm-chart", "nvidia/network-operator", sources.NETWORK_OPERATOR_CHART_VERSION,
                 "kubernetes", k8s)
+            add("image-set", _CHART_IMAGES.format("nvidia/network-operator"),
+                sources.NETWORK_OPERATOR_CHART_VERSION, "kubernetes", k8s)
             add("image-set", f"{sources.NETWORK_OPERATOR_REPOSITORY} (rdma shared device plugin,"
                 " multus, CNI plugins, nv-ipam)", sources.NETWORK_OPERATOR_COMPONENT_VERSION,
                 "kubernetes", k8s)

@@ -102,6 +102,15 @@ def test_operators_are_pinned(tmp_path):
         "nvidia/gpu-operator": gv["kubernetes_gpu_operator_chart_version"],
         "nvidia/network-operator": gv["kubernetes_network_operator_chart_version"]}
     assert all(charts.values())
+    # an air-gapped site mirrors what each chart and the CNI manifest deploy, at the same
+    # versions (their image: lines), not only the charts
+    sets = {i["name"]: i["version"] for i in render.artifacts(loaded)
+            if i["kind"] == "image-set"}
+    for chart, version in charts.items():
+        assert sets[f"the images the {chart} chart deploys (`helm template` of it, image: "
+                    "lines)"] == version
+    assert sets["the images the calico manifest names (its image: lines)"] == \
+        sources.CNI_VERSIONS["calico"]
     release = {t["name"]: t for t in _yaml(ROLE / "tasks/helm_release.yml")}
     argv = next(t for n, t in release.items() if n.startswith("Install or upgrade"))[
         "ansible.builtin.command"]["argv"]
