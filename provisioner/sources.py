@@ -58,14 +58,16 @@ KUBE_VIP_VERSION = "v0.8.9"
 NETWORK_OPERATOR_REPOSITORY = "nvcr.io/nvidia/mellanox"
 PAUSE_IMAGE = "registry.k8s.io/pause"
 # The pause image kubeadm uses for each Kubernetes minor (PauseVersion in kubeadm's
-# cmd/kubeadm/app/constants/constants.go): 3.9 from 1.26 (kubesphere/kubekey#2138 citing
-# v1.26.0), 3.10 from 1.31 (CHANGELOG-1.31, kubernetes#125112; release-1.32's constants),
+# cmd/kubeadm/app/constants/constants.go): 3.7 for 1.24, 3.8 for 1.25 (minikube's kubeadm
+# image table), 3.9 from 1.26 (kubesphere/kubekey#2138 citing v1.26.0's constants), 3.10
+# from 1.31 (CHANGELOG-1.31, kubernetes#125112; release-1.32's constants),
 # 3.10.1 from 1.34 (kubernetes#130713; kubespray's pod_infra_supported_versions for 1.34
 # and 1.35), 3.10.2 from 1.36 (kubeclipper#947) [S]. containerd's sandbox image is set to
 # the same tag: kubeadm's preflight pulls its own (`kubeadm config images list`), so with a
 # different one an air-gapped mirror must hold two, and kubeadm warns that they differ.
 PAUSE_TAGS: tuple[tuple[tuple[int, int], str], ...] = (
-    ((1, 36), "3.10.2"), ((1, 34), "3.10.1"), ((1, 31), "3.10"), ((0, 0), "3.9"))
+    ((1, 36), "3.10.2"), ((1, 34), "3.10.1"), ((1, 31), "3.10"), ((1, 26), "3.9"),
+    ((1, 25), "3.8"), ((0, 0), "3.7"))  # pkgs.k8s.io starts at 1.24
 DEFAULT_NTP_POOL = "ntp.ubuntu.com"
 
 

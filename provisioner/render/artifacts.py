@@ -12,7 +12,8 @@ from provisioner.payload import KERNEL_HEADERS
 
 # A chart's and a manifest's images are the chart's own data, at its pinned version: the
 # list names where to read them rather than keeping a copy that would drift.
-_CHART_IMAGES = "the images the {} chart deploys (`helm template` of it, image: lines)"
+_CHART_IMAGES = ("the images the {} chart deploys (`helm show values`: each component's "
+                 "repository, image and version)")
 
 
 def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:

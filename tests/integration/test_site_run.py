@@ -69,7 +69,7 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     assert first.ok, [f"{e.host} | {e.task}: {e.message}" for e in first.failures]
     aside = upper(state, "dgx02") / "etc/apt/sources.list.d"
     assert not (aside / "dgx.list").exists()
-    assert (aside / "dgx.list.disabled-by-provisioner").read_text().strip() == vendor
+    assert (aside / "dgx.list.provisioner.disabled").read_text().strip() == vendor
     assert set(first.hosts) == {"cp01", "cp02", "cp03", "dgx01", "dgx02", "stor01"}
 
     # files really written inside each host's own copy-on-write layer, nowhere else

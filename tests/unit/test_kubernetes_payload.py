@@ -107,8 +107,8 @@ def test_operators_are_pinned(tmp_path):
     sets = {i["name"]: i["version"] for i in render.artifacts(loaded)
             if i["kind"] == "image-set"}
     for chart, version in charts.items():
-        assert sets[f"the images the {chart} chart deploys (`helm template` of it, image: "
-                    "lines)"] == version
+        assert sets[f"the images the {chart} chart deploys (`helm show values`: each "
+                    "component's repository, image and version)"] == version
     assert sets["the images the calico manifest names (its image: lines)"] == \
         sources.CNI_VERSIONS["calico"]
     release = {t["name"]: t for t in _yaml(ROLE / "tasks/helm_release.yml")}
@@ -118,7 +118,8 @@ def test_operators_are_pinned(tmp_path):
 
 
 @pytest.mark.parametrize(("version", "tag"), [
-    ("1.30.9", "3.9"), ("1.31.4", "3.10"), ("1.33.2", "3.10"), ("1.34.1", "3.10.1"),
+    ("1.24.17", "3.7"), ("1.25.16", "3.8"), ("1.26.0", "3.9"), ("1.30.9", "3.9"),
+    ("1.31.4", "3.10"), ("1.33.2", "3.10"), ("1.34.1", "3.10.1"),
     ("1.35.0", "3.10.1"), ("1.36.0", "3.10.2")])
 def test_containerds_pause_image_is_the_one_kubeadm_pulls(tmp_path, version, tag):
     """kubeadm's preflight pulls its own pause image; containerd's sandbox image, and the

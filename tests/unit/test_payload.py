@@ -340,25 +340,50 @@ def test_canonical_modules_follow_the_sites_kernel_flavour(tmp_path):
     assert "kernel-flavour-mixed" in codes
 
 
-@pytest.mark.parametrize(("kernel", "flavour", "fits"), [
-    ("6.8.0-45-generic", "generic", True),
-    ("6.8.0-1015-nvidia", "generic", False),   # a DGX on Ubuntu's -nvidia kernel, default
-    ("6.8.0-1015-nvidia", "nvidia", True),
-    ("6.8.0-45-generic", "generic-hwe-22.04", True),  # HWE kernels are generic ones
-    ("6.8.0-1015-nvidia", "nvidia-hwe-22.04", True),
-    ("6.8.0-45-generic-64k", "generic-64k", True),
-    ("6.8.0-45-generic", "generic-64k", False)])
-def test_canonical_modules_are_refused_on_a_kernel_of_another_flavour(kernel, flavour, fits):
+DEPENDS = """linux-modules-nvidia-570-server-open-{flavour}
+  Depends: linux-modules-nvidia-570-server-open-{abi}
+"""
+
+
+@pytest.mark.parametrize(("kernel", "flavour", "abi", "fits"), [
+    ("6.8.0-45-generic", "generic", "6.8.0-48-generic", True),  # 24.04: GA is 6.8
+    ("6.8.0-1015-nvidia", "generic", "6.8.0-48-generic", False),  # a DGX on -nvidia
+    ("6.8.0-1015-nvidia", "nvidia", "6.8.0-1017-nvidia", True),
+    # 22.04 on the HWE 6.8 kernel: generic follows the GA 5.15 series, the HWE flavour 6.8
+    ("6.8.0-45-generic", "generic", "5.15.0-126-generic", False),
+    ("6.8.0-45-generic", "generic-hwe-22.04", "6.8.0-48-generic", True),
+    ("5.15.0-126-generic", "generic-hwe-22.04", "6.8.0-48-generic", False),
+    ("6.8.0-1015-nvidia", "nvidia-hwe-22.04", "6.8.0-1017-nvidia", True),
+    ("6.8.0-45-generic-64k", "generic-64k", "6.8.0-48-generic-64k", True),
+    ("6.8.0-45-generic", "generic-64k", "6.8.0-48-generic-64k", False),
+    ("6.8.0-45-generic", "generic", None, True)])  # not in the index: apt says why
+def test_canonical_modules_are_refused_on_a_kernel_they_do_not_follow(kernel, flavour, abi,
+                                                                      fits):
     """The modules package follows its flavour's kernel meta package: on a host running
-    another flavour apt would add a kernel, and the running one would have no driver."""
-    check = role_task("nvidia_driver", "Check the running kernel is of the flavour "
+    another flavour or series apt would add a kernel, and the running one would have no
+    driver. The series is read from what the modules package depends on (apt-cache)."""
+    read = role_task("nvidia_driver", "Read which kernel series Canonical's modules package "
+                     "follows", "tasks/install.yml")
+    assert read["ansible.builtin.command"]["argv"][:2] == ["apt-cache", "depends"]
+    package = ansible_eval(read["ansible.builtin.command"]["argv"][2], nvidia_driver_packages=[
+        f"linux-modules-nvidia-570-server-open-{flavour}", "nvidia-utils-570-server"])
+    assert package == f"linux-modules-nvidia-570-server-open-{flavour}"
+    check = role_task("nvidia_driver", "Check the running kernel is of the flavour and series "
                       "Canonical's modules are for", "tasks/install.yml")
-    running = ansible_eval(check["vars"]["nvidia_driver_running_flavour"],
-                           nvidia_driver_kernel_release=kernel)
-    assert holds(check["ansible.builtin.assert"]["that"], nvidia_driver_running_flavour=running,
-                 nvidia_driver_modules_flavour=flavour) is fits
-    assert holds(check["when"], ansible_facts={"os_family": "Debian"},
-                 nvidia_driver_source="canonical", nvidia_driver_modules_flavour=flavour)
+    ctx: dict[str, Any] = {
+        "nvidia_driver_kernel_release": kernel, "nvidia_driver_modules_flavour": flavour,
+        "nvidia_driver_modules_follow": {"stdout": DEPENDS.format(flavour=flavour, abi=abi)
+                                         if abi else "", "rc": 0 if abi else 100}}
+    ctx |= {k: ansible_eval(v, **ctx) for k, v in check["vars"].items()}
+    assert all(holds(c, **ctx) for c in check["ansible.builtin.assert"]["that"]) is fits
+    if not fits:
+        assert kernel in ansible_eval(check["ansible.builtin.assert"]["fail_msg"],
+                                      inventory_hostname="dgx01", **ctx)
+    for task in (read, check):
+        assert holds(task["when"], ansible_facts={"os_family": "Debian"},
+                     nvidia_driver_source="canonical", nvidia_driver_modules_flavour=flavour)
+        assert not holds(task["when"], ansible_facts={"os_family": "Debian"},
+                         nvidia_driver_source="nvidia", nvidia_driver_modules_flavour="")
 
 
 def test_the_modules_flavour_reaches_the_role_from_the_payload(tmp_path):
