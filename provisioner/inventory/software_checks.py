@@ -174,9 +174,9 @@ def _mirror_without_sources(loaded: LoadedSite, emit: Emit) -> None:
          and src.manifests is None)) if needed]
     if unset:
         emit("mirror-without-sources", ("software", "mirror"),
-             "software.mirror is set but software.sources." + ", ".join(unset)
-             + " is not: the nodes fetch these from the internet, which an air-gapped "
-             "site cannot reach", "set them in software.sources to the site's own servers",
+             "software.mirror is set but not these software.sources: " + ", ".join(unset)
+             + "; the nodes fetch them from the internet, which an air-gapped site cannot "
+             "reach", "set them in software.sources to the site's own servers",
              severity=Severity.WARNING)
 
 
