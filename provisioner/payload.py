@@ -122,19 +122,12 @@ def cuda_major_for(sw: Software, block: BlockType | None = None) -> int:
     return min(newest, 12) if pre_turing else newest
 
 
-def modules_kernel_flavour(kernel_flavour: str | None, arch: str) -> str:
-    """The kernel flavour Canonical's precompiled modules are installed for: the site's, or
-    generic (Grace (arm64) servers run the 64k-page kernel)."""
-    return kernel_flavour or ("generic-64k" if arch == "arm64" else "generic")
-
-
 def _driver_packages(source: DriverSource, branch: int, flavour: Flavour,
-                     arch: str, kernel_flavour: str | None = None) -> tuple[str, ...]:
+                     kernel: str) -> tuple[str, ...]:
     sfx = "-open" if flavour == "open" else ""
     if source == "canonical":
-        # Signed, precompiled modules for the running kernel flavour; the flavour's meta
-        # package follows kernel updates.
-        kernel = modules_kernel_flavour(kernel_flavour, arch)
+        # Signed, precompiled modules for the running kernel flavour (`kernel`); the
+        # flavour's meta package follows kernel updates.
         return (f"linux-modules-nvidia-{branch}-server{sfx}-{kernel}",
                 f"nvidia-headless-no-dkms-{branch}-server{sfx}",
                 f"nvidia-utils-{branch}-server")
@@ -168,8 +161,11 @@ def for_block(sw: Software, block: BlockType, flavour: Flavour) -> Payload | Non
     arch: Literal["amd64", "arm64"] = "arm64" if arm else "amd64"
     source: DriverSource = drv.source
     dgx_os = sw.os.startswith("dgx-os")
-    driver = () if dgx_os else _driver_packages(source, branch, flavour, arch,
-                                                drv.kernel_flavour)
+    # The kernel flavour Canonical's precompiled modules are for: the site's, or generic
+    # (Grace (arm64) servers run the 64k-page kernel).
+    kernel = (drv.kernel_flavour or ("generic-64k" if arm else "generic")) \
+        if source == "canonical" and not dgx_os else ""
+    driver = () if dgx_os else _driver_packages(source, branch, flavour, kernel)
     pinning: tuple[str, ...] = ()
     if not dgx_os and source == "nvidia" and branch >= PINNING_PACKAGE_FROM:
         pinning = (f"nvidia-driver-pinning-{drv.version or branch}",)
@@ -192,9 +188,7 @@ def for_block(sw: Software, block: BlockType, flavour: Flavour) -> Payload | Non
                    flavour=flavour, driver=driver, pinning=pinning, fabric=fabric,
                    fabric_service=service,
                    dcgm=(f"datacenter-gpu-manager-4-cuda{cuda_major_for(sw, block)}",),
-                   cuda=cuda, pinned_at_driver=pinned,
-                   kernel_flavour=modules_kernel_flavour(drv.kernel_flavour, arch)
-                   if source == "canonical" and not dgx_os else "")
+                   cuda=cuda, pinned_at_driver=pinned, kernel_flavour=kernel)
 
 
 def cuda_repo_distro(os_name: str) -> str:
