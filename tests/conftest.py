@@ -129,6 +129,17 @@ def holds(expr: str, **ctx: object) -> bool:
     return bool(_templar(ctx).evaluate_conditional(trust_as_template(expr)))
 
 
+def edited_example(tmp_path: Path, old: str, new: str, name: str = "site") -> Path:
+    """A copy of the example site (without its lab state) whose site.yaml has `old`, which
+    must be there, replaced once by `new`."""
+    site = tmp_path / name
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    text = (site / "site.yaml").read_text()
+    assert old in text, old
+    (site / "site.yaml").write_text(text.replace(old, new, 1))
+    return site
+
+
 def role_task(role: str, name: str, file: str = "tasks/main.yml") -> dict[str, object]:
     """The task (or handler) called `name` in a role's file."""
     tasks = yaml.safe_load((ROOT / "roles" / role / file).read_text())

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from provisioner import render, sources
 from provisioner.inventory import load
-from tests.conftest import EXAMPLE
+from tests.conftest import EXAMPLE, edited_example
 
 MIRROR_HOST = "mirror.site.internal"
 SOURCES = f"""
@@ -36,13 +36,8 @@ NOT_HOSTS = {"kubeadm.k8s.io", "kubelet.config.k8s.io", "nvidia.com", "provision
 
 
 def _site(tmp_path):
-    site = tmp_path / "site"
-    shutil.copytree(EXAMPLE, site)
-    text = (site / "site.yaml").read_text()
-    text = text.replace("software:\n  os: ubuntu-22.04\n",
-                        "software:\n  os: ubuntu-22.04" + SOURCES)
-    (site / "site.yaml").write_text(text)
-    return load(site)
+    return load(edited_example(tmp_path, "software:\n  os: ubuntu-22.04\n",
+                               "software:\n  os: ubuntu-22.04" + SOURCES))
 
 
 def test_a_mirrored_site_renders_no_internet_host(tmp_path):
@@ -118,14 +113,10 @@ def test_a_mirrored_site_is_told_what_it_still_fetches_from_the_internet(tmp_pat
         return [f for f in check(loaded) if f.code == "mirror-without-sources"]
 
     assert said(_site(tmp_path)) == []  # every source set
-    site = tmp_path / "partial"
-    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
-    text = (site / "site.yaml").read_text()
-    (site / "site.yaml").write_text(text.replace(
-        "software:\n  os: ubuntu-22.04\n",
+    loaded = load(edited_example(
+        tmp_path, "software:\n  os: ubuntu-22.04\n",
         f"software:\n  os: ubuntu-22.04\n  mirror: http://{MIRROR_HOST}/ubuntu\n"
-        "  sources: {helm_repo: http://" + MIRROR_HOST + "/charts}\n"))
-    loaded = load(site)
+        "  sources: {helm_repo: http://" + MIRROR_HOST + "/charts}\n", name="partial"))
     found = said(loaded)
     assert len(found) == 1 and found[0].severity.value == "warning"
     assert found[0].location is not None and found[0].location.key_path == "software.mirror"

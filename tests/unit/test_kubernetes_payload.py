@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import re
-import shutil
 import subprocess
 import typing
 from pathlib import Path
@@ -20,7 +19,15 @@ import yaml
 from provisioner import render, sources
 from provisioner.inventory import load
 from provisioner.inventory.software_models import Kubernetes
-from tests.conftest import EXAMPLE, FIXTURES, ROOT, ansible_eval, holds, role_task
+from tests.conftest import (
+    EXAMPLE,
+    FIXTURES,
+    ROOT,
+    ansible_eval,
+    edited_example,
+    holds,
+    role_task,
+)
 
 ROLE = ROOT / "roles" / "kubernetes"
 
@@ -124,12 +131,7 @@ def test_operators_are_pinned(tmp_path):
 def test_containerds_pause_image_is_the_one_kubeadm_pulls(tmp_path, version, tag):
     """kubeadm's preflight pulls its own pause image; containerd's sandbox image, and the
     image render --artifacts tells an air-gapped site to mirror, are the same one."""
-    site = tmp_path / "site"
-    shutil.copytree(EXAMPLE, site)
-    text = (site / "site.yaml").read_text()
-    assert 'version: "1.31.4"' in text
-    (site / "site.yaml").write_text(text.replace('version: "1.31.4"', f'version: "{version}"'))
-    loaded = load(site)
+    loaded = load(edited_example(tmp_path, 'version: "1.31.4"', f'version: "{version}"'))
     gv = _yaml(render.render(loaded, tmp_path / "o").out / "inventory/group_vars/all.yml")
     assert gv["container_runtime_sandbox_image"] == f"registry.k8s.io/pause:{tag}"
     images = {i["name"]: i["version"] for i in render.artifacts(loaded) if i["kind"] == "image"}

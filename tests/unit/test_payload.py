@@ -21,7 +21,7 @@ from provisioner import payload, render
 from provisioner.inventory import load
 from provisioner.inventory.loader import shipped_catalog
 from provisioner.inventory.software_models import Software
-from tests.conftest import FIXTURES, ROOT, ansible_eval, holds, role_task
+from tests.conftest import FIXTURES, ROOT, ansible_eval, edited_example, holds, role_task
 
 SITES = FIXTURES / "sites"
 GOLDEN = ROOT / "tests" / "golden" / "payload" / "packages.yml"
@@ -323,12 +323,8 @@ def test_canonical_modules_follow_the_sites_kernel_flavour(tmp_path):
     assert _payload("dgx-h100", pins).driver[0] == "linux-modules-nvidia-580-server-open-generic"
     pins["nvidia_driver"] = {**pins["nvidia_driver"], "kernel_flavour": "nvidia"}
     assert _payload("dgx-h100", pins).driver[0] == "linux-modules-nvidia-580-server-open-nvidia"
-    site = tmp_path / "site"
-    shutil.copytree(ROOT / "inventories/example", site,
-                    ignore=shutil.ignore_patterns(".provision"))
-    text = (site / "site.yaml").read_text()
-    (site / "site.yaml").write_text(text.replace(
-        "kernel_modules: auto ", "kernel_modules: auto\n    kernel_flavour: nvidia ", 1))
+    site = edited_example(tmp_path, "kernel_modules: auto ",
+                          "kernel_modules: auto\n    kernel_flavour: nvidia ")
     from provisioner.inventory import checks
     found = [f for f in checks.check(load(site)) if f.code == "kernel-flavour-unused"]
     assert found and found[0].severity.value == "warning"
@@ -392,13 +388,8 @@ def test_the_modules_flavour_reaches_the_role_from_the_payload(tmp_path):
     assert p.driver[0].endswith("-" + p.kernel_flavour) and p.kernel_flavour == "generic"
     assert _payload("gb200-nvl72-tray", pins).kernel_flavour == "generic-64k"
     assert _payload(*CASES["dgx-h100/nvidia-580"]).kernel_flavour == ""  # DKMS: no check
-    site = tmp_path / "site"
-    shutil.copytree(ROOT / "inventories/example", site,
-                    ignore=shutil.ignore_patterns(".provision"))
-    text = (site / "site.yaml").read_text()
-    (site / "site.yaml").write_text(text.replace(
-        "kernel_modules: auto ", "kernel_modules: auto\n    source: canonical\n"
-        "    kernel_flavour: nvidia ", 1))
+    site = edited_example(tmp_path, "kernel_modules: auto ", "kernel_modules: auto\n"
+                          "    source: canonical\n    kernel_flavour: nvidia ")
     out = render.render(load(site), tmp_path / "out").out
     hv = yaml.safe_load((out / "inventory/host_vars/dgx01.yml").read_text())
     assert hv["nvidia_driver_modules_flavour"] == "nvidia"

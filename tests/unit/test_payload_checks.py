@@ -7,7 +7,6 @@ with Ansible's own filters where they use them."""
 from __future__ import annotations
 
 import base64
-import shutil
 
 import pytest
 import yaml
@@ -15,7 +14,7 @@ import yaml
 from provisioner import render
 from provisioner.errors import InventoryError
 from provisioner.inventory import load
-from tests.conftest import FIXTURES, ROOT, ansible_eval, holds, role_task
+from tests.conftest import FIXTURES, ROOT, ansible_eval, edited_example, holds, role_task
 
 SITES = FIXTURES / "sites"
 
@@ -116,12 +115,7 @@ def test_a_containerd_the_kubelet_cannot_use_or_the_mirror_default_is_refused(
     task = role_task("container_runtime", "Refuse a containerd without CRI v1 (or, with a "
                      "registry mirror, without _default)")
     defaults = yaml.safe_load((ROOT / "roles/container_runtime/defaults/main.yml").read_text())
-    site = tmp_path / "site"
-    shutil.copytree(ROOT / "inventories/example", site,
-                    ignore=shutil.ignore_patterns(".provision"))
-    text = (site / "site.yaml").read_text()
-    (site / "site.yaml").write_text(text.replace('version: "1.31.4"',
-                                                 f'version: "{kubernetes}"'))
+    site = edited_example(tmp_path, 'version: "1.31.4"', f'version: "{kubernetes}"')
     rendered = yaml.safe_load((render.render(load(site), tmp_path / "o").out
                                / "inventory/group_vars/all.yml").read_text())
     ctx = {"container_runtime_containerd_version": {"stdout": installed, "rc": 0},
