@@ -71,9 +71,12 @@ PAUSE_TAGS: tuple[tuple[tuple[int, int], str], ...] = (
 DEFAULT_NTP_POOL = "ntp.ubuntu.com"
 
 
-# "SIG Node has designated v1.35 as the last release to support the containerd v1.X
-# series" (Kubernetes v1.35 release blog): from 1.36 the kubelet needs containerd 2.0.
-CONTAINERD_2_FROM = (1, 36)
+# containerd 1.x answers no RuntimeConfig RPC, and the kubelet falls back to its own
+# cgroupDriver setting until that fallback is removed (KEP-4033). The v1.35 release blog
+# named 1.35 the last release for containerd 1.x, but SIG Node deferred the removal, first
+# to 1.37 (kubernetes#136846), then to 1.38 to outlast containerd 1.7's end of life
+# (kubernetes#139121, enhancements#6087, website#55954): from 1.38 the kubelet needs 2.0.
+CONTAINERD_2_FROM = (1, 38)
 
 
 def pause_tag(kubernetes_version: str) -> str:

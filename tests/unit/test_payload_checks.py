@@ -103,13 +103,15 @@ def test_on_dgx_os_the_pin_must_be_the_driver_dgx_os_runs():
     ("1.6.20~ds1-1+b1", "http://10.0.0.5:5000", "1.31.4", True),  # Debian 12 (the lab's)
     ("1.7.12-0ubuntu2~22.04.1", "", "1.31.4", True),
     ("2.0.2-0ubuntu1", "http://m", "1.31.4", True), ("1:1.7.27-1", "", "1.35.0", True),
-    # Kubernetes 1.36 and later: containerd 2, with or without a mirror
-    ("1:1.7.27-1", "", "1.36.0", False), ("1.7.28-0ubuntu1", "http://m", "1.36.0", False),
-    ("2.0.2-0ubuntu1", "http://m", "1.36.0", True), ("2.1.4-1", "", "1.37.1", True)])
+    # 1.36 and 1.37 still fall back to the kubelet's cgroupDriver (kubernetes#139121)
+    ("1:1.7.27-1", "", "1.36.0", True), ("1.7.28-0ubuntu1", "http://m", "1.37.1", True),
+    # Kubernetes 1.38 and later: containerd 2, with or without a mirror
+    ("1:1.7.27-1", "", "1.38.0", False), ("1.7.28-0ubuntu1", "http://m", "1.38.0", False),
+    ("2.0.2-0ubuntu1", "http://m", "1.38.0", True), ("2.1.4-1", "", "1.39.1", True)])
 def test_a_containerd_the_kubelet_cannot_use_or_the_mirror_default_is_refused(
         tmp_path, installed, mirror, kubernetes, ok):
     """The role reads containerd's package version and refuses one the kubelet of the
-    site's Kubernetes cannot use (no CRI v1; containerd 1.x from Kubernetes 1.36, whose floor
+    site's Kubernetes cannot use (no CRI v1; containerd 1.x from Kubernetes 1.38, whose floor
     render writes), or, where the site pulls through a registry mirror, one that ignores
     it; evaluated with Ansible's own filters, as the play does."""
     task = role_task("container_runtime", "Refuse a containerd without CRI v1 (or, with a "
