@@ -119,9 +119,9 @@ def test_operators_are_pinned(tmp_path):
     assert sets["the images the calico manifest names (its image: lines)"] == \
         sources.CNI_VERSIONS["calico"]
     release = {t["name"]: t for t in _yaml(ROLE / "tasks/helm_release.yml")}
-    argv = next(t for n, t in release.items() if n.startswith("Install or upgrade"))[
-        "ansible.builtin.command"]["argv"]
-    assert argv[argv.index("--version") + 1] == "{{ kubernetes_release.version }}"
+    argv = ansible_eval(next(t for n, t in release.items() if n.startswith(
+        "Install or upgrade"))["ansible.builtin.command"]["argv"], **_release_ctx())
+    assert argv[argv.index("--version") + 1] == "v25.3.0"
 
 
 @pytest.mark.parametrize(("version", "tag"), [
@@ -520,21 +520,40 @@ def test_the_gpu_operators_exporter_reads_the_host_engine_the_dcgm_role_runs():
     assert _gpu_operator_values(gpu, host_dcgm=False) == host_driver
 
 
-def test_a_release_moves_when_its_chart_or_its_values_differ():
+def _release_ctx(**release: Any) -> dict[str, Any]:
+    wanted = {"driver": {"enabled": False}, "dcgm": {"enabled": False}}
+    return {"kubernetes_release": {"name": "gpu-operator", "chart": "nvidia/gpu-operator",
+                                   "version": "v25.3.0", "namespace": "gpu-operator",
+                                   "values": wanted, **release},
+            "kubernetes_release_values_file": "/etc/kubernetes/helm-gpu-operator-values.yaml",
+            "kubernetes_config_dir": "/etc/kubernetes"}
+
+
+def test_a_release_moves_when_its_chart_or_its_values_differ_or_it_failed():
     """helm upgrade runs when the deployed chart is not the pinned one, or the values it was
     given (helm get values) are not the site's: a setting added later (the DCGM host engine
-    above) reaches a cluster already at the pinned chart, and a second run changes nothing."""
+    above) reaches a cluster already at the pinned chart, and a second run changes nothing.
+    A release whose last helm run failed is upgraded again at the same chart and values
+    (before, the run called it done); one a killed run left pending is refused with the way
+    out; the GPU Operator's upgrade turns helm's OpenAPI check off for its CRD hook."""
     tasks = {t["name"]: t for t in _yaml(ROLE / "tasks/helm_release.yml")}
     upgrade = next(t for n, t in tasks.items() if n.startswith("Install or upgrade"))
-    argv = upgrade["ansible.builtin.command"]["argv"]
+    ctx = _release_ctx()
+    argv = ansible_eval(upgrade["ansible.builtin.command"]["argv"], **ctx)
     assert "--values" in argv and not [a for a in argv if "--set" in str(a)]
-    wanted = {"driver": {"enabled": False}, "dcgm": {"enabled": False}}
-    release = {"name": "gpu-operator", "chart": "nvidia/gpu-operator", "version": "v25.3.0",
-               "values": wanted}
+    assert "--disable-openapi-validation" not in argv
+    operator = ansible_eval(upgrade["ansible.builtin.command"]["argv"], **_release_ctx(
+        extra_args=["--disable-openapi-validation"]))
+    assert operator == [*argv, "--disable-openapi-validation"]
+    main = {t["name"]: t for t in _yaml(ROLE / "tasks/main.yml")}
+    assert main["Install the GPU Operator, keeping the host-installed driver and toolkit"][
+        "vars"]["kubernetes_release"]["extra_args"] == ["--disable-openapi-validation"]
+    listed = next(t for n, t in tasks.items() if n.startswith("Read the deployed release"))
+    assert "--all" in listed["ansible.builtin.command"]["argv"]
 
-    def moves(chart: str, given: str) -> bool:
-        return holds(upgrade["when"], kubernetes_release=release,
-                     kubernetes_release_deployed={"stdout": f'[{{"chart": "{chart}"}}]'},
+    def moves(chart: str, given: str, status: str = "deployed") -> bool:
+        return holds(upgrade["when"], **ctx, kubernetes_release_deployed={
+                         "stdout": f'[{{"chart": "{chart}", "status": "{status}"}}]'},
                      kubernetes_release_values_deployed={"stdout": given})
 
     same = '{"dcgm": {"enabled": false}, "driver": {"enabled": false}}'
@@ -542,9 +561,21 @@ def test_a_release_moves_when_its_chart_or_its_values_differ():
     assert moves("gpu-operator-v24.9.2", same)
     assert moves("gpu-operator-v25.3.0", '{"driver": {"enabled": false}}')  # an older run's
     assert moves("gpu-operator-v25.3.0", "")  # helm get values failed: not installed
+    assert moves("gpu-operator-v25.3.0", same, status="failed")
+    pending = next(t for n, t in tasks.items() if n.startswith("Refuse a release"))
+    for status, refused in (("pending-upgrade", True), ("pending-install", True),
+                            ("deployed", False), ("failed", False)):
+        deployed = {"stdout": f'[{{"chart": "gpu-operator-v25.3.0", "status": "{status}"}}]'}
+        status_var = ansible_eval(pending["vars"]["kubernetes_release_status"],
+                                  kubernetes_release_deployed=deployed)
+        assert holds(pending["ansible.builtin.assert"]["that"],
+                     kubernetes_release_status=status_var) is not refused
+    assert "helm rollback gpu-operator -n gpu-operator" in " ".join(ansible_eval(
+        pending["ansible.builtin.assert"]["fail_msg"], **ctx,
+        kubernetes_release_status="pending-upgrade").split())
     written = next(t for n, t in tasks.items() if n.startswith("Write the values file"))
     assert written["ansible.builtin.copy"]["mode"] == "0600"
-    assert written["ansible.builtin.copy"]["dest"] in " ".join(map(str, argv))
+    assert ansible_eval(written["ansible.builtin.copy"]["dest"], **ctx) in argv
 
 
 @pytest.mark.parametrize("api", ["kubeadm.k8s.io/v1beta4", "kubeadm.k8s.io/v1beta3"])
