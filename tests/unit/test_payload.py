@@ -193,8 +193,16 @@ def test_nvswitch_order_driver_then_fabric_manager_running_then_dcgm_gate():
     assert fm.index("Start fabric manager (or IMEX) and enable it at boot") < fm.index(
         "Wait for fabric manager (or IMEX) to be active")
     dcgm = [t["name"] for t in _tasks("dcgm")]
-    assert dcgm.index("Check fabric manager (or IMEX) is active before the diagnostic") < \
+    assert dcgm.index("Start the DCGM host engine (again where it runs replaced libraries), "
+                      "enabled at boot") < dcgm.index("Wait for the DCGM host engine to answer")
+    assert dcgm.index("Wait for the DCGM host engine to answer") < dcgm.index(
+        "Check fabric manager (or IMEX) is active before the diagnostic") < \
         dcgm.index("Health gate - dcgmi diag")
+    # the engine is a simple unit: systemd says started before it listens, so the gate
+    # retries an answer from it first
+    wait = next(t for t in _tasks("dcgm") if t["name"] == "Wait for the DCGM host engine to answer")
+    assert wait["until"] == "dcgm_discovery.rc == 0" and "retries" in wait
+    assert wait["tags"] == ["needs_gpu"]
 
 
 def test_imex_nodes_config_lists_the_nvlink_domain(tmp_path):
@@ -436,3 +444,26 @@ def test_fabric_manager_or_imex_restarts_when_its_package_moved():
     install = role_task("fabric_manager", "Install fabric manager and nscq (or IMEX) at the "
                         "driver version")
     assert install["register"] == "fabric_manager_install"
+
+
+@pytest.mark.parametrize(("lines", "persistence", "ok"), [
+    (["570.124.06, Enabled"] * 8, True, True),
+    (["570.124.06, Enabled"] * 7 + ["570.124.06, Disabled"], True, False),
+    (["570.124.06, Disabled"] * 8, False, True),  # the site turned it off
+    (["570.124.06, Enabled"] * 7, True, False),  # a GPU fell off the bus
+    (["570.133.20, Enabled"] * 8, True, False)])
+def test_node_verify_checks_gpu_count_driver_and_persistence_mode(lines, persistence, ok):
+    """A node is ready only with every GPU at the pinned driver and, where the site keeps
+    it on (the default), in persistence mode: the daemon is a static unit udev starts, so
+    one that stopped would otherwise pass unseen."""
+    task = role_task("node_verify", "Verify GPU count, driver version and persistence mode")
+    ctx: dict[str, Any] = {"node_verify_gpus": {"stdout_lines": lines},
+                           "node_verify_gpu_count": 8,
+                           "node_verify_driver_version": "570.124.06",
+                           "node_verify_persistence_mode": persistence}
+    for name, expr in task["vars"].items():
+        ctx[name] = ansible_eval(expr, **ctx)
+    assert all(holds(c, **ctx) for c in task["ansible.builtin.assert"]["that"]) is ok
+    if not ok:
+        assert "nvidia-smi reports" in ansible_eval(task["ansible.builtin.assert"]["fail_msg"],
+                                                    **ctx)
