@@ -467,3 +467,74 @@ def test_node_verify_checks_gpu_count_driver_and_persistence_mode(lines, persist
     if not ok:
         assert "nvidia-smi reports" in ansible_eval(task["ansible.builtin.assert"]["fail_msg"],
                                                     **ctx)
+
+
+def _nvidia_smi_q(*fabric: tuple[str, str]) -> str:
+    """`nvidia-smi -q` as H100/GB200 drivers print it, a Fabric section per GPU."""
+    out = f"==============NVSMI LOG==============\n\nAttached GPUs : {len(fabric)}\n"
+    for state, status in fabric:
+        out += ("GPU 00000000:18:00.0\n    Product Name : NVIDIA H100 80GB HBM3\n"
+                "    Performance State                     : P0\n    Fabric\n"
+                f"        State                             : {state}\n"
+                f"        Status                            : {status}\n"
+                "        CliqueId                          : 0\n    Processes : None\n")
+    return out
+
+
+@pytest.mark.parametrize(("fabric", "pending", "failed"), [
+    ([("Completed", "Success")] * 8, 0, 0),
+    ([("N/A", "N/A")] * 8, 0, 0),  # A100 behind NVSwitch: no fabric registration
+    ([("In Progress", "N/A")] + [("Completed", "Success")] * 7, 1, 0),
+    ([("Not Started", "N/A")] * 8, 8, 0),
+    ([("Completed", "Insufficient Resources")] + [("Completed", "Success")] * 7, 0, 1)])
+def test_fabric_manager_waits_for_and_checks_each_gpus_fabric_registration(
+        fabric, pending, failed):
+    """systemd's "active" is not enough on an NVSwitch or IMEX node: each GPU's fabric
+    registration must complete with status Success (NVML), else CUDA fails on it. The role
+    waits while any is pending, then fails the node on one that completed with an error;
+    node_verify runs the same tasks on every check."""
+    role_vars = yaml.safe_load((ROOT / "roles/fabric_manager/vars/main.yml").read_text())
+    ctx: dict[str, Any] = {"fabric_manager_gpu_fabric": {"stdout": _nvidia_smi_q(*fabric)}}
+    for name in ("fabric_manager_fabric", "fabric_manager_fabric_pending",
+                 "fabric_manager_fabric_failed"):
+        ctx[name] = ansible_eval(role_vars[name], **ctx)
+    assert len(ctx["fabric_manager_fabric"]) == len(fabric)
+    assert (len(ctx["fabric_manager_fabric_pending"]),
+            len(ctx["fabric_manager_fabric_failed"])) == (pending, failed)
+    wait = role_task("fabric_manager", "Wait for every GPU to finish its NVLink fabric "
+                     "registration", file="tasks/fabric_state.yml")
+    assert holds(wait["until"], **ctx) is (pending == 0)
+    check = role_task("fabric_manager", "Check every GPU's NVLink fabric registration "
+                      "succeeded", file="tasks/fabric_state.yml")
+    ok = all(holds(c, **ctx) for c in check["ansible.builtin.assert"]["that"])
+    assert ok is (pending == failed == 0)
+    if not ok:
+        assert "nvidia-smi -q" in ansible_eval(check["ansible.builtin.assert"]["fail_msg"],
+                                               inventory_hostname="gpu01",
+                                               fabric_manager_service="nvidia-fabricmanager",
+                                               **ctx)
+    main = [t["name"] for t in _tasks("fabric_manager")]
+    assert main.index("Wait for fabric manager (or IMEX) to be active") < main.index(
+        "Wait for the GPUs' NVLink fabric registration")
+    verify = role_task("node_verify", "Verify every GPU's NVLink fabric registration "
+                       "succeeded")
+    assert verify["ansible.builtin.include_role"]["tasks_from"] == "fabric_state.yml"
+
+
+def test_imex_nodes_get_imex_channel_zero_from_the_driver():
+    """IMEX channels are not created by default and do not survive a reboot: the driver
+    makes channel 0 at each load with NVreg_CreateImexChannel0=1 on the IMEX blocks only,
+    from the initramfs on, and node_verify checks the device is there."""
+    task = role_task("nvidia_driver", "Have the driver create IMEX channel 0 at every load "
+                     "(NVLink domain nodes)", file="tasks/nouveau.yml")
+    assert "options nvidia NVreg_CreateImexChannel0=1" in task["ansible.builtin.copy"]["content"]
+    assert task["notify"] == ["Rebuild the initramfs", "Reboot for the new driver"]
+    defaults = yaml.safe_load((ROOT / "roles/nvidia_driver/defaults/main.yml").read_text())
+    for imex in (True, False):
+        flag = ansible_eval(defaults["nvidia_driver_imex_channel0"], provisioner_imex=imex)
+        assert holds(task["when"], nvidia_driver_imex_channel0=flag) is imex
+    check = role_task("node_verify", "Verify IMEX channel 0 exists (NVLink domain nodes)")
+    assert not holds(check["ansible.builtin.assert"]["that"],
+                     node_verify_imex_channel={"stat": {"exists": False}})
+    assert holds(check["ansible.builtin.assert"]["that"],
+                 node_verify_imex_channel={"stat": {"exists": True, "ischr": True}})
