@@ -129,6 +129,7 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
              f"the roles cannot install {sw.os}: {UNSUPPORTED_OS[sw.os]}",
              "use ubuntu-22.04, ubuntu-24.04, dgx-os-6 or dgx-os-7")
     _roce_needs_doca(loaded, emit)
+    _gpudirect_rdma(loaded, emit)
     _roce_host_priorities(sw, emit)
     if drv is not None and drv.source == "canonical" and drv.version and sw.mirror is None:
         # Ubuntu's archive indexes one build of a package per pocket: an exact pin
@@ -216,6 +217,37 @@ def _roce_needs_doca(loaded: LoadedSite, emit: Emit) -> None:
              "the RoCE QoS needs DOCA-OFED (mlnx_qos, cma_roce_tos)",
              "pin DOCA, for example doca: \"2.9.1\" (its repository, or the site mirror, "
              "must serve doca-ofed)", at_key=True)
+
+
+def _gpudirect_rdma(loaded: LoadedSite, emit: Emit) -> None:
+    """GPUDirect RDMA (the NIC reading GPU memory, what NCCL over RoCE relies on) goes
+    through DMA-BUF with the open kernel modules; the proprietary ones need nvidia-peermem,
+    built against the RDMA stack DOCA installs (its Kbuild looks for MOFED's peer-memory
+    symbols, else the module refuses to load), and loaded (GPU Operator, "GPUDirect RDMA and
+    GPUDirect Storage": DMA-BUF recommended, nvidia-peermem the legacy path). The roles
+    build the driver before DOCA and load no nvidia-peermem, so such nodes would stage GPU
+    traffic through host memory without a word."""
+    from provisioner.inventory.topology import has_roce  # topology imports checks
+    from provisioner.render import modules_for  # render imports the inventory
+
+    drv = loaded.site.software.nvidia_driver
+    if drv is None:
+        return
+    nodes = sorted(n.hostname for p in loaded.site.placements for n in p.nodes
+                   if (block := loaded.catalog.get(p.block)) is not None and block.gpu
+                   and has_roce(loaded, n)
+                   and modules_for(drv.kernel_modules, int(drv.branch), block) == "proprietary")
+    if nodes:
+        shown = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+        emit("gpudirect-rdma-without-dma-buf", ("software", "nvidia_driver", "kernel_modules"),
+             f"{shown} {'is a GPU node' if len(nodes) == 1 else 'are GPU nodes'} on a RoCE "
+             f"network with the proprietary kernel modules (branch {drv.branch}, "
+             f"kernel_modules: {drv.kernel_modules}): GPUDirect RDMA then needs "
+             "nvidia-peermem built against DOCA, which the roles neither build nor load, so "
+             "NCCL would stage GPU traffic through host memory",
+             "set kernel_modules: open (Turing and newer; GPUDirect RDMA through DMA-BUF), "
+             "or build and load nvidia-peermem after DOCA yourself (V100 systems)",
+             severity=Severity.WARNING, at_key=True)
 
 
 def _cuda(loaded: LoadedSite, emit: Emit, cuda: str, branch: str, version: str | None) -> None:

@@ -35,6 +35,29 @@ def test_roce_nodes_need_doca_unless_dgx_os_brings_its_own(tmp_path):
     assert not [f for f in check(load(site)) if f.code == "roce-without-doca"]
 
 
+@pytest.mark.parametrize(("driver", "warned"), [
+    ('{branch: "570", version: "570.124.06", kernel_modules: auto}', False),  # open on H100
+    ('{branch: "570", version: "570.124.06", kernel_modules: proprietary}', True),
+    ('{branch: "550", kernel_modules: auto}', True),  # auto is proprietary before 560
+    ('{branch: "550", kernel_modules: open}', False)])
+def test_roce_gpu_nodes_on_proprietary_modules_are_told_gpudirect_rdma_is_missing(
+        tmp_path, driver, warned):
+    """GPUDirect RDMA goes through DMA-BUF with the open modules; with the proprietary ones
+    it needs nvidia-peermem built against DOCA, which the roles do not build: validate says
+    so for the GPU nodes on a RoCE network, with the fix."""
+    from provisioner.inventory.checks import check
+    site = tmp_path / "s.yaml"
+    text = (SITES / "dgx_h100.yaml").read_text()
+    pinned = '{branch: "570", version: "570.124.06", kernel_modules: auto}'
+    assert pinned in text
+    site.write_text(text.replace(pinned, driver))
+    hits = [f for f in check(load(site)) if f.code == "gpudirect-rdma-without-dma-buf"]
+    assert bool(hits) is warned
+    if warned:
+        assert hits[0].severity.value == "warning" and "gpu01 is a GPU node" in hits[0].message
+        assert "kernel_modules: open" in hits[0].hint
+
+
 @pytest.mark.parametrize(("roce", "refused"), [
     ("dscp: 26, priority: 3", {}),
     ("dscp: 26, priority: 4", {"priority": "set priority: 3, or a DSCP from 32 to 39"}),
