@@ -107,6 +107,8 @@ case "$*" in
     echo '[upload-certs] Storing the certificates in Secret "kubeadm-certs"'
     echo '[upload-certs] Using certificate key:'
     echo {key} ;;
+  "token delete "*)
+    echo "bootstrap token \"$3\" deleted" ;;
   "token create --ttl 2h --print-join-command")
     echo "kubeadm join 192.0.2.10:6443 --token {token}" \\
       "--discovery-token-ca-cert-hash sha256:{cahash}" ;;
@@ -123,6 +125,18 @@ case "$*" in
 esac
 """
 
+# kubectl, for the etcd members a joining control plane reads through the first one's etcd
+# pod: cp02 is listed, as after a rebuild under its old name (its old member, ID 0xff).
+KUBECTL_STAND_IN = """#!/bin/sh
+echo "kubectl $*" >> {log}
+case "$*" in
+  *"member list --write-out=json")
+    echo '{{"members": [{{"ID": 1, "name": "cp01"}}, {{"ID": 255, "name": "cp02"}}]}}' ;;
+  *"member remove ff") echo "Member ff removed" ;;
+  *) exit 2 ;;
+esac
+"""
+
 
 @pytest.mark.parametrize("join_rc", [0, 1], ids=["joins", "join-fails"])
 def test_join_token_and_certificate_key_reach_no_artifact(tmp_path, join_rc):
@@ -135,8 +149,12 @@ def test_join_token_and_certificate_key_reach_no_artifact(tmp_path, join_rc):
     kubeadm.write_text(STAND_IN.format(log=log, key=key, token=token, cahash=cahash,
                                        join_rc=join_rc))
     kubeadm.chmod(0o755)
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text(KUBECTL_STAND_IN.format(log=log))
+    kubectl.chmod(0o755)
     hosts = {"cp01": "kube_control_plane", "cp02": "kube_control_plane", "w01": "kube_node"}
-    inventory = "".join(f"[{g}]\n{h} kubernetes_config_dir={tmp_path / 'etc' / h}\n"
+    inventory = "".join(f"[{g}]\n{h} kubernetes_config_dir={tmp_path / 'etc' / h} "
+                        f"kubernetes_etcd_data_dir={tmp_path / 'etcd' / h}\n"
                         for h, g in hosts.items())
     inventory += (f"[all:vars]\nansible_connection=local\nansible_python_interpreter="
                   f"{sys.executable}\nkubeadm_stand_in={bin_dir}\n")
@@ -186,6 +204,16 @@ def test_join_token_and_certificate_key_reach_no_artifact(tmp_path, join_rc):
     assert calls[0].startswith("init --config") and "--skip-token-print" in calls[0]
     assert calls.count("init phase upload-certs --upload-certs") == 1
     assert calls.count("token create --ttl 2h --print-join-command") == 1  # not 24 h
+    # and deleted once the nodes joined, by its ID (a rogue node cannot use it later)
+    assert calls.count(f"token delete {token.split('.', maxsplit=1)[0]}") == 1
+    # the joining control plane without etcd data of its own had its old member (named
+    # like it) removed through the first control plane's etcd pod, before it joined
+    etcd = [c for c in calls if c.startswith("kubectl ")]
+    assert [c.rsplit(" -- ", 1)[0].split(" ", 2)[2] for c in etcd] == [
+        "--namespace=kube-system exec etcd-cp01"] * 2
+    assert etcd[0].endswith("member list --write-out=json") and etcd[1].endswith(
+        "member remove ff")
+    assert calls.index(etcd[1]) < calls.index(next(c for c in calls if c.startswith("join ")))
     # kubeadm joins with the rendered join configuration: the secrets are in that 0600
     # file, never in argv; only the control plane's carries the certificate key
     joins = [c for c in calls if c.startswith("join ")]
