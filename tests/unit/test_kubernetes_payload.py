@@ -159,6 +159,16 @@ def test_vip_is_the_control_plane_endpoint_served_by_kube_vip(tmp_path):
     env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
     assert env["address"] == "10.1.0.5" and env["cp_enable"] == "true"
     assert pod["spec"]["volumes"][0]["hostPath"]["path"] == "/etc/kubernetes/super-admin.conf"
+    # a renewed admin.conf changes the manifest, so the kubelet restarts kube-vip with it
+    assert pod["metadata"]["annotations"] == {"provisioner/admin-conf-sha1": "none"}
+    renewed = yaml.safe_load(_template(
+        "kubernetes", "kube-vip.yaml.j2", **gv, kubernetes_vip_interface="eno1",
+        kubernetes_config_dir="/etc/kubernetes", kubernetes_kube_vip_kubeconfig="admin.conf",
+        kubernetes_admin_conf={"stat": {"exists": True, "checksum": "3f7a" * 10}}))
+    assert renewed["metadata"]["annotations"] == {"provisioner/admin-conf-sha1": "3f7a" * 10}
+    stat = next(t for t in _yaml(ROLE / "tasks/main.yml")
+                if t["name"] == "Check whether this node already runs a control plane")
+    assert stat["ansible.builtin.stat"].get("get_checksum", True) is not False
     tasks = [t["name"] for t in _yaml(ROLE / "tasks/main.yml")]
     assert tasks.index("Serve the control-plane VIP with kube-vip on the first control plane") \
         < tasks.index("Initialise the cluster and join the further control planes and workers") \
@@ -318,9 +328,11 @@ def test_join_uses_the_rendered_configuration_and_no_secret_in_argv():
     assert "discovery" not in on_disk and "certificateKey" not in on_disk["controlPlane"]
     listed = _yaml(ROLE / "tasks/join.yml")
     block = next(t for t in listed if "block" in t)
-    # the file with the secrets goes even when a join fails (always:)
+    # the file with the secrets goes even when a join fails (always:), and so does the token
     assert [t["name"] for t in block["always"]] == [
-        "Remove the join configuration (it holds the bootstrap token and certificate key)"]
+        "Remove the join configuration (it holds the bootstrap token and certificate key)",
+        "Delete the bootstrap token the joins used"]
+    assert all(t["no_log"] is True for t in block["always"])
     join = {t["name"]: t for t in listed + block["block"] + block["always"] if "block" not in t}
     for task in ("Join further control planes, one at a time", "Join the workers"):
         cmd = join[task]["ansible.builtin.command"]["cmd"]
