@@ -198,11 +198,15 @@ def test_nvswitch_order_driver_then_fabric_manager_running_then_dcgm_gate():
     assert dcgm.index("Wait for the DCGM host engine to answer") < dcgm.index(
         "Check fabric manager (or IMEX) is active before the diagnostic") < \
         dcgm.index("Health gate - dcgmi diag")
-    # the engine is a simple unit: systemd says started before it listens, so the gate
-    # retries an answer from it first
-    wait = next(t for t in _tasks("dcgm") if t["name"] == "Wait for the DCGM host engine to answer")
+    # the engine is a simple unit: systemd says started before it listens, so both gates
+    # retry an answer from it first (the upgrade's through the same task file)
+    wait = role_task("dcgm", "Wait for the DCGM host engine to answer",
+                     file="tasks/engine_wait.yml")
     assert wait["until"] == "dcgm_discovery.rc == 0" and "retries" in wait
     assert wait["tags"] == ["needs_gpu"]
+    gate = [t["name"] for t in _tasks("upgrade_gate")]
+    assert gate.index("Wait for the DCGM host engine to answer (it restarts with the node)") < \
+        gate.index("Run the DCGM diagnostic at the configured level")
 
 
 def test_imex_nodes_config_lists_the_nvlink_domain(tmp_path):

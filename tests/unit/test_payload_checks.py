@@ -161,7 +161,7 @@ def test_the_upgrade_gate_fails_a_diagnostic_as_the_install_gate_does():
     def diag_fails(role: str) -> list[bool]:
         task = next(t for t in yaml.safe_load((ROOT / f"roles/{role}/tasks/main.yml")
                                               .read_text())
-                    if "dcgmi" in str(t.get("ansible.builtin.command", "")))
+                    if "diag" in str(t.get("ansible.builtin.command", "")))
         reg, cond = task["register"], task["failed_when"]
         return [holds(cond, **{reg: {"rc": rc, "stdout": out}})
                 for rc, out in ((0, "| Memory | Pass |"), (0, "| Memory | Fail - GPU 3 |"),
