@@ -523,22 +523,3 @@ def test_fabric_manager_waits_for_and_checks_each_gpus_fabric_registration(
     verify = role_task("node_verify", "Verify every GPU's NVLink fabric registration "
                        "succeeded")
     assert verify["ansible.builtin.include_role"]["tasks_from"] == "fabric_state.yml"
-
-
-def test_imex_nodes_get_imex_channel_zero_from_the_driver():
-    """IMEX channels are not created by default and do not survive a reboot: the driver
-    makes channel 0 at each load with NVreg_CreateImexChannel0=1 on the IMEX blocks only,
-    from the initramfs on, and node_verify checks the device is there."""
-    task = role_task("nvidia_driver", "Have the driver create IMEX channel 0 at every load "
-                     "(NVLink domain nodes)", file="tasks/nouveau.yml")
-    assert "options nvidia NVreg_CreateImexChannel0=1" in task["ansible.builtin.copy"]["content"]
-    assert task["notify"] == ["Rebuild the initramfs", "Reboot for the new driver"]
-    defaults = yaml.safe_load((ROOT / "roles/nvidia_driver/defaults/main.yml").read_text())
-    for imex in (True, False):
-        flag = ansible_eval(defaults["nvidia_driver_imex_channel0"], provisioner_imex=imex)
-        assert holds(task["when"], nvidia_driver_imex_channel0=flag) is imex
-    check = role_task("node_verify", "Verify IMEX channel 0 exists (NVLink domain nodes)")
-    assert not holds(check["ansible.builtin.assert"]["that"],
-                     node_verify_imex_channel={"stat": {"exists": False}})
-    assert holds(check["ansible.builtin.assert"]["that"],
-                 node_verify_imex_channel={"stat": {"exists": True, "ischr": True}})
