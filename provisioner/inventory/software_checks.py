@@ -230,9 +230,10 @@ def _gpudirect_rdma(loaded: LoadedSite, emit: Emit) -> None:
     from provisioner.inventory.topology import has_roce  # topology imports checks
     from provisioner.render import modules_for  # render imports the inventory
 
-    drv = loaded.site.software.nvidia_driver
-    if drv is None:
-        return
+    sw = loaded.site.software
+    drv = sw.nvidia_driver
+    if drv is None or sw.os.startswith("dgx-os"):
+        return  # DGX OS brings its own driver, OFED and peer-memory setup
     nodes = sorted(n.hostname for p in loaded.site.placements for n in p.nodes
                    if (block := loaded.catalog.get(p.block)) is not None and block.gpu
                    and has_roce(loaded, n)

@@ -510,13 +510,17 @@ def test_fabric_manager_waits_for_and_checks_each_gpus_fabric_registration(
     assert holds(wait["until"], **ctx) is (pending == 0)
     check = role_task("fabric_manager", "Check every GPU's NVLink fabric registration "
                       "succeeded", file="tasks/fabric_state.yml")
-    ok = all(holds(c, **ctx) for c in check["ansible.builtin.assert"]["that"])
+    ok = all(holds(c, **ctx, fabric_manager_gpu_count=8)
+             for c in check["ansible.builtin.assert"]["that"])
     assert ok is (pending == failed == 0)
+    # an output with a GPU's Fabric section missing (cut short) is not taken for success
+    assert not all(holds(c, **ctx, fabric_manager_gpu_count=9)
+                   for c in check["ansible.builtin.assert"]["that"])
     if not ok:
         assert "nvidia-smi -q" in ansible_eval(check["ansible.builtin.assert"]["fail_msg"],
                                                inventory_hostname="gpu01",
                                                fabric_manager_service="nvidia-fabricmanager",
-                                               **ctx)
+                                               fabric_manager_gpu_count=8, **ctx)
     main = [t["name"] for t in _tasks("fabric_manager")]
     assert main.index("Wait for fabric manager (or IMEX) to be active") < main.index(
         "Wait for the GPUs' NVLink fabric registration")

@@ -56,6 +56,10 @@ def test_roce_gpu_nodes_on_proprietary_modules_are_told_gpudirect_rdma_is_missin
     if warned:
         assert hits[0].severity.value == "warning" and "gpu01 is a GPU node" in hits[0].message
         assert "kernel_modules: open" in hits[0].hint
+        # DGX OS brings its own driver and peer-memory setup: the roles set neither there
+        site.write_text(text.replace(pinned, driver).replace('  doca: "2.9.1"',
+                                                             "  os: dgx-os-6"))
+        assert not [f for f in check(load(site)) if f.code == "gpudirect-rdma-without-dma-buf"]
 
 
 @pytest.mark.parametrize(("roce", "refused"), [
