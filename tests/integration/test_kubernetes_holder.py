@@ -1,6 +1,6 @@
 """Which control plane holds the cluster, found for real: roles/kubernetes/tasks/holder.yml
-run by ansible-playbook over local-connection hosts (each with its own kubeadm directory)
-and one that cannot be reached (ssh to a closed loopback port)."""
+run by ansible-playbook over local-connection hosts (each with its own kubeadm directory,
+or none: a wiped node) and one that cannot be reached (ssh to a closed loopback port)."""
 
 from __future__ import annotations
 
@@ -32,17 +32,23 @@ PLAY = """
 """
 
 
-def run(tmp_path: Path, holders: set[str],
+MARK = "provisioner-kubeadm.done"  # roles/kubernetes/vars/main.yml, kubernetes_done_mark
+HOLDS = ("admin.conf", MARK)  # what a control plane kubeadm finished on has
+
+
+def run(tmp_path: Path, holders: set[str] | dict[str, tuple[str, ...]],
         unreachable: bool) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+    files = holders if isinstance(holders, dict) else {cp: HOLDS for cp in holders}
     local = f"ansible_connection=local ansible_python_interpreter={sys.executable}"
     lines = ["[kube_control_plane]"]
     if unreachable:  # sorts first: a new cp00, or a dead one
         lines.append("cp00 ansible_host=127.0.0.1 ansible_port=1 ansible_connection=ssh")
     for cp in ("cp01", "cp02"):
         conf = tmp_path / cp
-        conf.mkdir(exist_ok=True)
-        if cp in holders:
-            (conf / "admin.conf").write_text("kubeconfig\n")
+        if cp in files:  # a wiped node has not even the directory
+            conf.mkdir(exist_ok=True)
+            for name in files[cp]:
+                (conf / name).write_text("x\n")
         lines.append(f"{cp} {local} kubernetes_config_dir={conf}")
     lines += ["[kube_node]", f"w01 {local} kubernetes_config_dir={tmp_path / 'w01'}"]
     (tmp_path / "hosts.ini").write_text("\n".join(lines) + "\n")
@@ -62,6 +68,21 @@ def test_a_rebuilt_first_control_plane_joins_the_cluster_another_holds(tmp_path)
     """cp01 sorts first but was wiped; cp02 holds the cluster: every host takes cp02 as the
     first control plane, so cp01 joins it instead of starting a second cluster."""
     proc, first = run(tmp_path, {"cp02"}, unreachable=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert first == {"cp01": "cp02 False", "cp02": "cp02 True", "w01": "cp02 False"}
+
+
+def test_a_control_plane_whose_join_stopped_part_way_does_not_hold_the_cluster(tmp_path):
+    """kubeadm join --control-plane writes admin.conf early: a rebuilt cp01 whose join
+    stopped has it but not the mark, so cp02 (admin.conf and the mark) stays the holder and
+    cp01 is asked about as a half-joined node, not taken for the cluster."""
+    proc, first = run(tmp_path, {"cp01": ("admin.conf",), "cp02": HOLDS}, unreachable=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert first == {"cp01": "cp02 False", "cp02": "cp02 True", "w01": "cp02 False"}
+
+
+def test_a_cluster_made_before_the_mark_is_held_where_admin_conf_is(tmp_path):
+    proc, first = run(tmp_path, {"cp01": (), "cp02": ("admin.conf",)}, unreachable=False)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert first == {"cp01": "cp02 False", "cp02": "cp02 True", "w01": "cp02 False"}
 

@@ -164,11 +164,23 @@ def test_vip_is_the_control_plane_endpoint_served_by_kube_vip(tmp_path):
     renewed = yaml.safe_load(_template(
         "kubernetes", "kube-vip.yaml.j2", **gv, kubernetes_vip_interface="eno1",
         kubernetes_config_dir="/etc/kubernetes", kubernetes_kube_vip_kubeconfig="admin.conf",
-        kubernetes_admin_conf={"stat": {"exists": True, "checksum": "3f7a" * 10}}))
+        kubernetes_kube_vip_conf_checksum="3f7a" * 10))
     assert renewed["metadata"]["annotations"] == {"provisioner/admin-conf-sha1": "3f7a" * 10}
-    stat = next(t for t in _yaml(ROLE / "tasks/main.yml")
-                if t["name"] == "Check whether this node already runs a control plane")
-    assert stat["ansible.builtin.stat"].get("get_checksum", True) is not False
+    # every manifest write carries the checksum of admin.conf as it is then: the writes
+    # after the join read it again, so the next run (which reads it before) writes the same
+    by_name = {t["name"]: t for t in _yaml(ROLE / "tasks/main.yml")}
+    reads = {"Serve the control-plane VIP with kube-vip on the first control plane":
+             "kubernetes_admin_conf",
+             "Point kube-vip at admin.conf once the cluster is initialised":
+             "kubernetes_admin_conf_joined",
+             "Serve the control-plane VIP with kube-vip on the further control planes":
+             "kubernetes_admin_conf_joined"}
+    for task, stat in reads.items():
+        checksum = by_name[task]["vars"]["kubernetes_kube_vip_conf_checksum"]
+        assert ansible_eval(checksum, **{stat: {"stat": {"exists": True, "checksum": "ab"}}}) \
+            == "ab"
+    assert by_name["Read admin.conf for kube-vip's manifest"]["ansible.builtin.stat"][
+        "path"] == "{{ kubernetes_config_dir }}/admin.conf"
     tasks = [t["name"] for t in _yaml(ROLE / "tasks/main.yml")]
     assert tasks.index("Serve the control-plane VIP with kube-vip on the first control plane") \
         < tasks.index("Initialise the cluster and join the further control planes and workers") \

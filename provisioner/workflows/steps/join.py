@@ -29,8 +29,9 @@ LAB_JOIN_NOTE = ("lab: the join ran in check mode (no Kubernetes API server in t
 
 
 def first_control_plane(ctx: Context) -> str | None:
-    """What the role's kubernetes_first_control_plane is: the first of the
-    kube_control_plane group (topology.groups sorts it)."""
+    """What the role's kubernetes_first_control_plane is where no control plane holds a
+    cluster (always in the lab, which has none; roles/kubernetes/tasks/holder.yml): the
+    first of the kube_control_plane group (topology.groups sorts it)."""
     return min((h for h, p in ctx.plans.items() if p.control_plane), default=None)
 
 
