@@ -197,6 +197,11 @@ def _roce_host_priorities(sw: Software, emit: Emit) -> None:
                  at_key=True)
 
 
+def _first_three(names: list[str]) -> str:
+    """Node names for a finding: the first three, then how many more."""
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
 def _roce_needs_doca(loaded: LoadedSite, emit: Emit) -> None:
     """The RoCE QoS (roce_host) sets trust, PFC and ToS with DOCA-OFED's tools (mlnx_qos,
     cma_roce_tos) and its mlx5 sysfs (ecn/): on Ubuntu's inbox driver they do not exist, so
@@ -210,7 +215,7 @@ def _roce_needs_doca(loaded: LoadedSite, emit: Emit) -> None:
     roce = sorted(n.hostname for p in loaded.site.placements for n in p.nodes
                   if has_roce(loaded, n))
     if roce:
-        shown = ", ".join(roce[:3]) + (f" and {len(roce) - 3} more" if len(roce) > 3 else "")
+        shown = _first_three(roce)
         emit("roce-without-doca", ("software",),
              f"{shown} {'has' if len(roce) == 1 else 'have'} an address on a RoCE network, "
              "but software.doca is not set: "
@@ -239,7 +244,7 @@ def _gpudirect_rdma(loaded: LoadedSite, emit: Emit) -> None:
                    and has_roce(loaded, n)
                    and modules_for(drv.kernel_modules, int(drv.branch), block) == "proprietary")
     if nodes:
-        shown = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+        shown = _first_three(nodes)
         emit("gpudirect-rdma-without-dma-buf", ("software", "nvidia_driver", "kernel_modules"),
              f"{shown} {'is a GPU node' if len(nodes) == 1 else 'are GPU nodes'} on a RoCE "
              f"network with the proprietary kernel modules (branch {drv.branch}, "
