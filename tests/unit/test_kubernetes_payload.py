@@ -575,9 +575,16 @@ def test_a_release_moves_when_its_chart_or_its_values_differ_or_it_failed():
     listed = next(t for n, t in tasks.items() if n.startswith("Read the deployed release"))
     assert "--all" in listed["ansible.builtin.command"]["argv"]
 
+    role_vars = _yaml(ROLE / "vars/main.yml")
+
+    def listed(deployed: dict[str, str]) -> Any:
+        """kubernetes_release_listed (vars/main.yml), as the play computes it."""
+        return ansible_eval(role_vars["kubernetes_release_listed"],
+                            kubernetes_release_deployed=deployed)
+
     def moves(chart: str, given: str, status: str = "deployed") -> bool:
-        return holds(upgrade["when"], **ctx, kubernetes_release_deployed={
-                         "stdout": f'[{{"chart": "{chart}", "status": "{status}"}}]'},
+        deployed = {"stdout": f'[{{"chart": "{chart}", "status": "{status}"}}]'}
+        return holds(upgrade["when"], **ctx, kubernetes_release_listed=listed(deployed),
                      kubernetes_release_values_deployed={"stdout": given})
 
     same = '{"dcgm": {"enabled": false}, "driver": {"enabled": false}}'
@@ -591,7 +598,7 @@ def test_a_release_moves_when_its_chart_or_its_values_differ_or_it_failed():
                             ("deployed", False), ("failed", False)):
         deployed = {"stdout": f'[{{"chart": "gpu-operator-v25.3.0", "status": "{status}"}}]'}
         status_var = ansible_eval(pending["vars"]["kubernetes_release_status"],
-                                  kubernetes_release_deployed=deployed)
+                                  kubernetes_release_listed=listed(deployed))
         assert holds(pending["ansible.builtin.assert"]["that"],
                      kubernetes_release_status=status_var) is not refused
     assert "helm rollback gpu-operator -n gpu-operator" in " ".join(ansible_eval(
