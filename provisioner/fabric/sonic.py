@@ -6,6 +6,10 @@ Based on SONiC community defaults (DOMAIN.md section 2 [S]): PORT_QOS_MAP pfc_en
 dscp_to_tc_map AZURE, lossless queues on WRED_PROFILE AZURE_LOSSLESS with ecn_all; and
 sonic-net/SONiC doc "Configuration.md" (PORT, PORT_QOS_MAP, QUEUE, WRED_PROFILE tables).
 Map references are plain names (SONiC 202012 and later), not the older "[TABLE|NAME]".
+No BUFFER_PG: SONiC's buffer manager gives priorities 3 and 4 their lossless profiles
+(headroom from the port's speed and cable length) by itself, in both buffer models (NVIDIA
+SONiC 202012 "QoS and Buffers"); ingress_lossless_profile is a pool profile without headroom,
+and a PG "3" beside its "3-4" overlaps it. validate refuses a lossless priority outside 3-4.
 """
 
 from __future__ import annotations
@@ -30,14 +34,12 @@ def tables(spec: SwitchSpec) -> Json:
     if lossless:
         port_qos |= {"pfc_to_queue_map": MAP, "pfc_enable": lossless, "pfcwd_sw_enable": lossless}
     queues: Json = {}
-    buffer_pg: Json = {}
     for port in spec.ports:
         queues[f"{port.name}|0"] = {"scheduler": "scheduler.default"}
         queues[f"{port.name}|{p.roce_priority}"] = {"scheduler": "scheduler.roce",
                                                     "wred_profile": WRED}
         for q in p.pfc_priorities:
             queues[f"{port.name}|{q}"] = {"scheduler": "scheduler.roce", "wred_profile": WRED}
-            buffer_pg[f"{port.name}|{q}"] = {"profile": "ingress_lossless_profile"}
         queues[f"{port.name}|{p.cnp_priority}"] = {"scheduler": "scheduler.cnp"}
     out: Json = {
         "DSCP_TO_TC_MAP": {MAP: dscp},
@@ -59,8 +61,6 @@ def tables(spec: SwitchSpec) -> Json:
         "PORT_QOS_MAP": {port.name: dict(port_qos) for port in spec.ports},
         "QUEUE": queues,
     }
-    if buffer_pg:
-        out["BUFFER_PG"] = buffer_pg
     return out
 
 

@@ -27,6 +27,7 @@ Emit = Callable[..., None]
 def check(loaded: LoadedSite, emit: Emit) -> None:
     site = loaded.site
     eps = endpoints(site, loaded.catalog)
+    _sonic_lossless(loaded, eps, emit)
     if not (site.cabling.links or site.cabling.rules):
         _not_cabled(loaded, eps, emit)
         return
@@ -36,6 +37,25 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     _ports(eps, links, emit)
     _mtu(links, emit)
     _oversubscription(loaded, eps, links, emit)
+
+
+def _sonic_lossless(loaded: LoadedSite, eps: dict[str, Endpoint], emit: Emit) -> None:
+    """SONiC gives priorities 3 and 4 lossless buffers (PFC headroom) by itself, in both of
+    its buffer models (NVIDIA SONiC 202012, "QoS and Buffers", BUFFER_PG table); a lossless
+    RoCE priority outside them would get PFC with no headroom, and drop under incast."""
+    from provisioner.roce import SONIC_LOSSLESS_DEFAULT  # roce imports the models
+
+    roce = loaded.site.software.roce
+    if roce.mode != "lossless" or roce.priority in SONIC_LOSSLESS_DEFAULT:
+        return
+    sonic = sorted(name for name, ep in eps.items() if is_switch(ep) and ep.node.management
+                   and ep.node.management.os == "sonic")
+    if sonic:
+        emit("sonic-lossless-priority", ("software", "roce", "priority"),
+             f"lossless RoCE on priority {roce.priority}: SONiC ({', '.join(sonic[:3])}) "
+             "gives lossless buffers to priorities 3 and 4 only",
+             "use priority 3 or 4 (a DSCP from 24 to 39), or give the SONiC switches a "
+             "lossless buffer profile for this priority yourself", at_key=True)
 
 
 def _not_cabled(loaded: LoadedSite, eps: dict[str, Endpoint], emit: Emit) -> None:

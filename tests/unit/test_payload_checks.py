@@ -82,6 +82,29 @@ def test_roce_priorities_are_the_ones_the_hosts_nic_maps_the_dscp_to(tmp_path, r
     assert all(f.severity.value == "error" and f.location.line == 15 for f in hits.values())
 
 
+@pytest.mark.parametrize(("roce", "mode", "refused"), [
+    ("dscp: 26, priority: 3", "lossless", False), ("dscp: 34, priority: 4", "lossless", False),
+    ("dscp: 40, priority: 5", "lossless", True), ("dscp: 40, priority: 5", "lossy", False)])
+def test_sonic_lossless_roce_stays_on_the_priorities_sonic_buffers(tmp_path, roce, mode,
+                                                                  refused):
+    """SONiC gives only priorities 3 and 4 lossless buffers itself: lossless RoCE on another
+    priority would have PFC without headroom, so validate refuses it where a switch runs
+    SONiC, naming software.roce.priority."""
+    from provisioner.inventory.checks import check
+    from tests.conftest import edited_example
+    site = edited_example(tmp_path, "roce: {dscp: 26, priority: 3, cnp_dscp: 48, "
+                          "cnp_priority: 6, mode: lossless}",
+                          f"roce: {{{roce}, cnp_dscp: 48, cnp_priority: 6, mode: {mode}}}")
+    placements = site / "placements.yaml"
+    placements.write_text(placements.read_text().replace("os: cumulus", "os: sonic"))
+    hits = [f for f in check(load(site)) if f.code == "sonic-lossless-priority"]
+    assert bool(hits) is refused
+    if hits:
+        assert hits[0].severity.value == "error"
+        assert hits[0].location.key_path == "software.roce.priority"
+        assert "leaf01" in hits[0].message
+
+
 def test_an_exact_pin_on_canonicals_archive_is_warned_about(tmp_path):
     """Ubuntu's archive indexes one build per pocket: an exact driver pin from it resolves
     only until the next build, unless the site's own mirror keeps it."""
