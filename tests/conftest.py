@@ -9,6 +9,7 @@ from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
@@ -144,3 +145,16 @@ def role_task(role: str, name: str, file: str = "tasks/main.yml") -> dict[str, o
     """The task (or handler) called `name` in a role's file."""
     tasks = yaml.safe_load((ROOT / "roles" / role / file).read_text())
     return next(t for t in tasks if t.get("name") == name)
+
+
+def role_template(role: str, name: str, **context: Any) -> str:
+    """A role's template rendered with plain Jinja2 as Ansible's template module searches
+    (the role, and its templates/ for includes), undefined names failing."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(
+                                 [str(ROOT / "roles" / role),
+                                  str(ROOT / "roles" / role / "templates")]),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True)
+    env.filters["to_json"] = lambda v: __import__("json").dumps(v)
+    env.filters["bool"] = bool
+    return env.get_template(f"templates/{name}").render(**context)

@@ -84,10 +84,10 @@ def test_kubeadm_pulls_coredns_from_the_mirror_at_upstreams_path(tmp_path):
     keeps upstream's paths, so the site's kubeadm configuration names CoreDNS's own."""
     import yaml
 
-    from tests.unit.test_kubernetes_payload import _template
+    from tests.conftest import role_template
     out = render.render(_site(tmp_path), tmp_path / "out").out
     gv = yaml.safe_load((out / "inventory/group_vars/all.yml").read_text())
-    init = _template("kubernetes", "kubeadm-init.yaml.j2", **gv, inventory_hostname="cp01",
+    init = role_template("kubernetes", "kubeadm-init.yaml.j2", **gv, inventory_hostname="cp01",
                      kubernetes_kubeadm_api="kubeadm.k8s.io/v1beta4",
                      kubernetes_advertise_address="10.250.0.11")
     cluster = next(d for d in yaml.safe_load_all(init) if d["kind"] == "ClusterConfiguration")
@@ -97,7 +97,7 @@ def test_kubeadm_pulls_coredns_from_the_mirror_at_upstreams_path(tmp_path):
     # an unmirrored site leaves both to kubeadm's defaults
     gv_up = yaml.safe_load((render.render(load(EXAMPLE), tmp_path / "up").out
                             / "inventory/group_vars/all.yml").read_text())
-    plain = _template("kubernetes", "kubeadm-init.yaml.j2", **gv_up, inventory_hostname="cp01",
+    plain = role_template("kubernetes", "kubeadm-init.yaml.j2", **gv_up, inventory_hostname="cp01",
                       kubernetes_kubeadm_api="kubeadm.k8s.io/v1beta4",
                       kubernetes_advertise_address="10.250.0.11")
     cluster = next(d for d in yaml.safe_load_all(plain) if d["kind"] == "ClusterConfiguration")

@@ -112,26 +112,32 @@ TABBED = MLNX_QOS_PFC3.replace("        enabled     ", "\tenabled     ").replace
     (MLNX_QOS_PFC3, "lossless", True),  # trust dscp, PFC on 3 only: the site's lossless RoCE
     (TABBED, "lossless", True),
     (MLNX_QOS_DOC, "lossless", False),  # PFC on 0, 2, 6 and 7
-    (MLNX_QOS_DOC, "lossy", True),  # the QoS script leaves PFC alone in lossy mode
-    (MLNX_QOS_PFC3.replace("trust state: dscp", "trust state: pcp"), "lossy", False),
+    (MLNX_QOS_DOC, "lossy", False),  # lossy RoCE: the QoS script turns PFC off everywhere
+    (MLNX_QOS_PFC3.replace("enabled     0   0   0   1", "enabled     0   0   0   0"),
+     "lossy", True),
+    (MLNX_QOS_PFC3.replace("trust state: dscp", "trust state: pcp"), "lossless", False),
+    # someone moved DSCP 26 to priority 4: RoCE would leave on a priority without PFC
+    (MLNX_QOS_PFC3.replace("dscp:31,30,29,28,27,26,25,24,", "dscp:31,30,29,28,27,25,24,")
+     .replace("dscp:39,38,", "dscp:39,38,26,"), "lossless", False),
     ("mlnx_qos: command printed nothing useful\n", "lossless", False)])
-def test_node_verify_checks_trust_and_pfc_as_mlnx_qos_reports_them(output, mode, ok):
-    """node_verify reads `mlnx_qos -i` per RoCE port: trust DSCP and PFC on the site's
-    priorities only, with the same reading as fabric/live.py (the word "dscp" alone is in
-    every output: the dscp2prio table)."""
+def test_node_verify_checks_trust_map_and_pfc_as_mlnx_qos_reports_them(output, mode, ok):
+    """node_verify reads `mlnx_qos -i` per RoCE port: trust DSCP, the RoCE and CNP DSCPs on
+    their priorities, and PFC as the site's mode wants it, with the same reading as
+    fabric/live.py (the word "dscp" alone is in every output: the dscp2prio table)."""
     from tests.conftest import ansible_eval, holds, role_task
 
-    task = role_task("node_verify", "Verify each RoCE port trusts DSCP and has PFC on the "
-                     "site's priorities only")
+    task = role_task("node_verify", "Verify each RoCE port's trust, DSCP map and PFC")
+    pfc = roce.policy(Roce(mode=mode)).pfc_vector
     item = {"item": "ens1f0np0", "stdout": output}
-    seen = ansible_eval(task["vars"]["node_verify_pfc_seen"], item=item)
-    trust = ansible_eval(task["vars"]["node_verify_trust_seen"], item=item)
-    assert all(holds(c, item=item, node_verify_pfc_seen=seen, node_verify_trust_seen=trust,
-                     roce_host_mode=mode, roce_host_pfc="0,0,0,1,0,0,0,0")
+    site = {"roce_host_priority": 3, "roce_host_cnp_priority": 6, "roce_host_dscp": 26,
+            "roce_host_cnp_dscp": 48, "roce_host_pfc": pfc}
+    seen = {name: ansible_eval(expr, item=item, **site) for name, expr in task["vars"].items()}
+    assert all(holds(c, item=item, **seen, **site)
                for c in task["ansible.builtin.assert"]["that"]) is ok
     if "enabled" in output:
         try:
             parsed = parse_mlnx_qos(output).pfc_priorities
         except ValueError:
             return
-        assert seen == ",".join("1" if i in parsed else "0" for i in range(8))
+        bits = ",".join("1" if i in parsed else "0" for i in range(8))
+        assert seen["node_verify_pfc_seen"] == bits

@@ -12,7 +12,6 @@ import typing
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
 import yaml
 
@@ -27,6 +26,7 @@ from tests.conftest import (
     edited_example,
     holds,
     role_task,
+    role_template,
 )
 
 ROLE = ROOT / "roles" / "kubernetes"
@@ -34,18 +34,6 @@ ROLE = ROOT / "roles" / "kubernetes"
 
 def _yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text())
-
-
-def _template(role: str, name: str, **context: Any) -> str:
-    # as Ansible's template module searches: the role, and its templates/ for includes
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(
-                                 [str(ROOT / "roles" / role),
-                                  str(ROOT / "roles" / role / "templates")]),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True,
-                             lstrip_blocks=True)
-    env.filters["to_json"] = lambda v: __import__("json").dumps(v)
-    env.filters["bool"] = bool
-    return env.get_template(f"templates/{name}").render(**context)
 
 
 def test_every_supported_cni_is_pinned_and_has_a_source():
@@ -142,7 +130,7 @@ def test_vip_is_the_control_plane_endpoint_served_by_kube_vip(tmp_path):
     out = render.render(load(FIXTURES / "sites" / "gb200.yaml"), tmp_path / "o").out
     gv = _yaml(out / "inventory/group_vars/all.yml")
     assert gv["kubernetes_control_plane_endpoint"] == "10.1.0.5:6443"
-    init = _template("kubernetes", "kubeadm-init.yaml.j2", **gv, inventory_hostname="cp01",
+    init = role_template("kubernetes", "kubeadm-init.yaml.j2", **gv, inventory_hostname="cp01",
                      kubernetes_kubeadm_api="kubeadm.k8s.io/v1beta4",
                      kubernetes_advertise_address="10.1.0.21")
     docs = list(yaml.safe_load_all(init))
@@ -152,7 +140,7 @@ def test_vip_is_the_control_plane_endpoint_served_by_kube_vip(tmp_path):
     init_doc = next(d for d in docs if d["kind"] == "InitConfiguration")
     assert init_doc["bootstrapTokens"] == [{"ttl": "2h0m0s"}]
     assert cluster["apiServer"]["certSANs"] == ["10.1.0.5"]
-    pod = yaml.safe_load(_template("kubernetes", "kube-vip.yaml.j2", **gv,
+    pod = yaml.safe_load(role_template("kubernetes", "kube-vip.yaml.j2", **gv,
                                    kubernetes_vip_interface="eno1",
                                    kubernetes_config_dir="/etc/kubernetes",
                                    kubernetes_kube_vip_kubeconfig="super-admin.conf"))
@@ -161,7 +149,7 @@ def test_vip_is_the_control_plane_endpoint_served_by_kube_vip(tmp_path):
     assert pod["spec"]["volumes"][0]["hostPath"]["path"] == "/etc/kubernetes/super-admin.conf"
     # a renewed admin.conf changes the manifest, so the kubelet restarts kube-vip with it
     assert pod["metadata"]["annotations"] == {"provisioner/admin-conf-sha1": "none"}
-    renewed = yaml.safe_load(_template(
+    renewed = yaml.safe_load(role_template(
         "kubernetes", "kube-vip.yaml.j2", **gv, kubernetes_vip_interface="eno1",
         kubernetes_config_dir="/etc/kubernetes", kubernetes_kube_vip_kubeconfig="admin.conf",
         kubernetes_kube_vip_conf_checksum="3f7a" * 10))
@@ -328,14 +316,14 @@ def _join_context(cp: bool, secrets: bool) -> dict[str, Any]:
 
 
 def test_join_uses_the_rendered_configuration_and_no_secret_in_argv():
-    cp = yaml.safe_load(_template("kubernetes", "kubeadm-join.yaml.j2",
+    cp = yaml.safe_load(role_template("kubernetes", "kubeadm-join.yaml.j2",
                                   **_join_context(cp=True, secrets=True)))
     assert cp["discovery"]["bootstrapToken"]["token"] == "abcdef.0123456789abcdef"
     assert cp["controlPlane"]["certificateKey"] == "k" * 64
-    worker = yaml.safe_load(_template("kubernetes", "kubeadm-join.yaml.j2",
+    worker = yaml.safe_load(role_template("kubernetes", "kubeadm-join.yaml.j2",
                                       **_join_context(cp=False, secrets=True)))
     assert "controlPlane" not in worker and worker["discovery"]["bootstrapToken"]["token"]
-    on_disk = yaml.safe_load(_template("kubernetes", "kubeadm-join.yaml.j2",
+    on_disk = yaml.safe_load(role_template("kubernetes", "kubeadm-join.yaml.j2",
                                        **_join_context(cp=True, secrets=False)))
     assert "discovery" not in on_disk and "certificateKey" not in on_disk["controlPlane"]
     listed = _yaml(ROLE / "tasks/join.yml")
@@ -396,7 +384,7 @@ def test_helm_is_installed_where_charts_are():
 def test_nic_cluster_policy_for_roce_sites(tmp_path):
     out = render.render(load(EXAMPLE), tmp_path / "o").out
     gv = _yaml(out / "inventory/group_vars/all.yml")
-    policy = yaml.safe_load(_template(
+    policy = yaml.safe_load(role_template(
         "kubernetes", "nic-cluster-policy.yaml.j2", **gv, kubernetes_roce_interfaces=[]))
     assert policy["kind"] == "NicClusterPolicy"
     plugin = policy["spec"]["rdmaSharedDevicePlugin"]
@@ -416,90 +404,6 @@ def test_handlers_run_in_an_order_that_works():
                 if t["name"] == "Install DOCA (MOFED)")
     assert doca["notify"][0] == "Restart openibd"  # or the reboot in its place (below)
     assert "roce_host_install_doca" in doca["when"]
-
-
-def _roce_script(tmp_path: Path, interfaces: str, path: str = "/usr/bin:/bin"
-                 ) -> subprocess.CompletedProcess[str]:
-    env_file = tmp_path / "roce-qos.env"
-    env_file.write_text(_template("roce_host", "roce-qos.env.j2", roce_host_interfaces=(
-        interfaces.split() if interfaces else []), roce_host_mode="lossless",
-        roce_host_dscp=26, roce_host_priority=3, roce_host_tos=106,
-        roce_host_pfc="0,0,0,1,0,0,0,0", roce_host_cnp_dscp=48, roce_host_cnp_priority=6))
-    script = _template("roce_host", "provisioner-roce-qos.sh.j2").replace(
-        "/etc/provisioner/roce-qos.env", str(env_file))
-    return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True,
-                          env={"ROCE_SYSFS": str(tmp_path / "sys"), "PATH": path,
-                               "ROCE_RUN_DIR": str(tmp_path / "run")},
-                          check=False)
-
-
-def test_roce_qos_applies_to_the_rdma_devices_found_on_the_host(tmp_path):
-    # a sysfs tree with an InfiniBand device (mlx5_0, ib0) that RoCE QoS must leave alone,
-    # and one RoCE device (mlx5_1) behind the port ens1f0np0
-    ib = tmp_path / "sys/class/infiniband"
-    for dev, port, layer in (("mlx5_0", "ib0", "InfiniBand"), ("mlx5_1", "ens1f0np0",
-                                                                "Ethernet")):
-        (ib / dev / "device/net" / port).mkdir(parents=True)
-        (ib / dev / "ports/1").mkdir(parents=True)
-        (ib / dev / "ports/1/link_layer").write_text(layer + "\n")
-    assert _roce_script(tmp_path, "ib0").returncode == 1  # an IB port is not configured
-    nothing = _roce_script(tmp_path, "ens9")  # the site names a port the host lacks
-    assert nothing.returncode == 1 and "no RDMA device behind ens9 found" in nothing.stderr
-    # no port named: every RDMA device found is configured, starting with mlnx_qos on its
-    # port (absent here, so the script stops there: it reached the device it found)
-    found = _roce_script(tmp_path, "")
-    assert found.returncode == 127 and "mlnx_qos" in found.stderr
-    assert "roce-qos: mlx5_0 skipped: not an Ethernet (RoCE) port" in found.stdout
-    (tmp_path / "sys/class/infiniband/mlx5_1").rename(tmp_path / "gone")
-    assert _roce_script(tmp_path, "").returncode == 1
-
-
-def test_roce_qos_names_a_port_left_in_infiniband_mode_and_records_what_it_set(tmp_path):
-    """ConnectX-7 ports start in InfiniBand mode, where a port has an IPoIB netdev, not the
-    Ethernet name the site gives it: a run that misses a named port (or finds none) fails
-    and names the devices in IB mode with the mlxconfig setting to change; the ports a run
-    configured are recorded for node_verify, and a failed run leaves no record. The NIC
-    tools are scripts recording their calls (this checks the script's logic, not a NIC's
-    answer; the lab skips these tasks as needs_nic)."""
-    ib = tmp_path / "sys/class/infiniband"
-    for dev, port, layer in (("mlx5_0", "ibp1s0", "InfiniBand"),
-                             ("mlx5_1", "ens1f0np0", "Ethernet")):
-        (ib / dev / "device/net" / port).mkdir(parents=True)
-        (ib / dev / "ports/1").mkdir(parents=True)
-        (ib / dev / "ports/1/link_layer").write_text(layer + "\n")
-        (ib / dev / "tc/1").mkdir(parents=True)
-    for leaf in ("roce_np/enable", "roce_rp/enable"):
-        (tmp_path / "sys/class/net/ens1f0np0/ecn" / leaf).mkdir(parents=True)
-    tools = tmp_path / "tools"
-    tools.mkdir()
-    for tool in ("mlnx_qos", "cma_roce_tos"):
-        (tools / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {tmp_path / "calls"}\n')
-        (tools / tool).chmod(0o755)
-    path = f"{tools}:/usr/bin:/bin"
-    ports = tmp_path / "run/roce-qos.ports"
-    one = _roce_script(tmp_path, "ens1f0np0", path)
-    assert one.returncode == 0, one.stderr
-    assert ports.read_text() == "ens1f0np0\n"
-    assert (ib / "mlx5_1/tc/1/traffic_class").read_text().strip() == "106"
-    # the site adds the second port, whose card is still in InfiniBand mode
-    both = _roce_script(tmp_path, "ens1f0np0 ens2f0np0", path)
-    assert both.returncode == 1
-    assert "named RoCE port(s) not configured: ens2f0np0" in both.stderr
-    assert "in InfiniBand mode: mlx5_0(ibp1s0); RoCE needs a port in Ethernet mode: " \
-        "mlxconfig -d DEVICE set LINK_TYPE_P1=2" in both.stderr
-    assert not ports.exists()  # the first run's record does not outlive this failure
-    (ib / "mlx5_1/ports/1/link_layer").write_text("InfiniBand\n")  # both cards in IB mode
-    none = _roce_script(tmp_path, "", path)
-    assert none.returncode == 1 and "no RDMA device found" in none.stderr
-    assert "in InfiniBand mode: mlx5_0(ibp1s0) mlx5_1(ens1f0np0);" in none.stderr
-    verify = {t["name"]: t for t in _yaml(ROOT / "roles/node_verify/tasks/main.yml")}
-    read = verify["Read the trust mode and PFC of each RoCE port"]
-    assert "node_verify_roce_port_list" in read["loop"]  # what was configured, not the site
-    that = verify["Verify the QoS script configured every RoCE port the site names"][
-        "ansible.builtin.assert"]["that"]
-    assert "length > 0" in that[0] and "difference(node_verify_roce_configured)" in that[1]
-    assert verify["Verify the QoS script configured this node's RoCE ports at this boot"][
-        "ansible.builtin.assert"]["that"] == ["node_verify_roce_record.stat.exists"]
 
 
 def test_one_node_feature_discovery_when_both_operators_run():
@@ -616,12 +520,12 @@ def test_the_kubelet_node_ip_is_the_management_address_and_calico_takes_it(api):
     of name/value arguments, v1beta3 a map), and Calico autodetects the InternalIP."""
     ctx = {**_join_context(cp=True, secrets=False), "kubernetes_kubeadm_api": api,
            "kubernetes_advertise_address": "10.0.0.21"}
-    init = next(d for d in yaml.safe_load_all(_template(
+    init = next(d for d in yaml.safe_load_all(role_template(
         "kubernetes", "kubeadm-init.yaml.j2", **ctx, kubernetes_control_plane_endpoint="x",
         kubernetes_version="1.31.4", kubernetes_image_repository="", kubernetes_vip="",
         kubernetes_pod_cidr="10.244.0.0/16", kubernetes_service_cidr="10.96.0.0/12"))
         if d and d["kind"] == "InitConfiguration")
-    join = yaml.safe_load(_template("kubernetes", "kubeadm-join.yaml.j2", **ctx))
+    join = yaml.safe_load(role_template("kubernetes", "kubeadm-join.yaml.j2", **ctx))
     want = ([{"name": "node-ip", "value": "10.0.0.21"}] if api.endswith("v1beta4")
             else {"node-ip": "10.0.0.21"})
     assert init["nodeRegistration"]["kubeletExtraArgs"] == want
