@@ -133,6 +133,10 @@ def apply_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
               kube_token_env: Annotated[str | None, typer.Option(
                   "--kube-token-env", help="Name of the environment variable holding a "
                   "bearer token for --kube-api (never the token itself).")] = None,
+              kube_ca: Annotated[Path | None, typer.Option(
+                  "--kube-ca", help="CA certificate the --kube-api server's certificate "
+                  "must chain to (kubeadm's /etc/kubernetes/pki/ca.crt); default: the "
+                  "system's CAs.")] = None,
               forks: Annotated[int, typer.Option(min=1, max=1000)] = 20,
               no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
               json_out: JsonOpt = False) -> None:
@@ -150,7 +154,9 @@ def apply_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
         if not value:
             raise ConfigError(f"environment variable {kube_token_env} is not set")
         token = Secret(value)
-    kube = OfficialClient(kubeconfig=kubeconfig, url=kube_api, token=token)
+    if kube_ca is not None and kube_api is None:
+        raise ConfigError("--kube-ca goes with --kube-api (a kubeconfig names its own CA)")
+    kube = OfficialClient(kubeconfig=kubeconfig, url=kube_api, token=token, ca_file=kube_ca)
     loaded = load(resolve_site(site))
     prof = apply_mod.state_file(profile_mod.for_site(loaded), state)
     opts = apply_mod.ApplyOptions(

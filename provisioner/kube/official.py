@@ -37,7 +37,7 @@ class OfficialClient:
 
     def __init__(self, *, kubeconfig: Path | None = None, url: str | None = None,
                  token: Secret | None = None, verify_tls: bool = True,
-                 timeout_s: float = 10.0) -> None:
+                 ca_file: Path | None = None, timeout_s: float = 10.0) -> None:
         if kubeconfig is not None:
             try:
                 api = k8s_config.new_client_from_config(config_file=str(kubeconfig))
@@ -49,6 +49,13 @@ class OfficialClient:
         elif url is not None:
             conf = k8s.Configuration(host=url.rstrip("/"))
             conf.verify_ssl = verify_tls
+            # kubeadm's cluster CA (/etc/kubernetes/pki/ca.crt) is in no public bundle
+            if ca_file is not None:
+                if not ca_file.is_file():
+                    raise KubeError(f"--kube-ca {ca_file}: no such file",
+                                    hint="copy the cluster's CA certificate "
+                                    "(/etc/kubernetes/pki/ca.crt on a control plane)")
+                conf.ssl_ca_cert = str(ca_file)
             if token is not None:
                 conf.api_key = {"authorization": token.reveal()}
                 conf.api_key_prefix = {"authorization": "Bearer"}

@@ -192,3 +192,29 @@ def test_drain_refuses_what_kubectl_drain_would_and_evicts_nothing(tmp_path: Pat
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_an_https_api_server_is_verified_against_the_ca_given(tmp_path: Path) -> None:
+    """TLS to the API server is always verified: a cluster whose certificate chains to
+    kubeadm's own CA is refused with the system's CAs and reached with `--kube-ca`."""
+    import ssl
+
+    from tests.integration.test_secrets_tls import _self_signed
+
+    crt, key, _fp = _self_signed(tmp_path)
+    srv = StandInApiServer(tmp_path / "world.json")
+    srv.save(world(["n1"]))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(crt, key)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    srv.start()
+    url = srv.url.replace("http://", "https://")
+    try:
+        with pytest.raises(KubeError, match="no answer from the API server"):
+            OfficialClient(url=url, timeout_s=5).health("n1")
+        assert OfficialClient(url=url, ca_file=crt).health("n1").ready is True
+        with pytest.raises(KubeError, match="no such file"):
+            OfficialClient(url=url, ca_file=tmp_path / "missing.crt")
+    finally:
+        srv.shutdown()
+        srv.server_close()
