@@ -80,6 +80,8 @@ MOVES: tuple[Move, ...] = (
     # after a failed gate): the roles run again
     Move(Phase.CONFIGURED, "retarget", Phase.UPGRADING, "upgrade"),
     Move(Phase.VERIFIED, "retarget", Phase.UPGRADING, "upgrade"),
+    # a drained node uncordoned (by hand) before its roles ran: cordoned and drained again
+    Move(Phase.UPGRADING, "recordon", Phase.CORDONED, "upgrade"),
     # an operator takes a node out of service and gives it back (re-inspected)
     Move(Phase.MAINTENANCE, "release", Phase.ENROLLED, "admin"),
 )

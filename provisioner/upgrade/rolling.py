@@ -9,7 +9,10 @@ keeps using its failure domain's allowance. The stage stops between batches when
 failure budget is spent or a stop was requested; a stop (Ctrl-C) inside a batch lets the
 step in flight finish and starts no roles, gate or uncordon after it, so an interrupted
 node stays cordoned where it was recorded. Nodes a killed or stopped run left half-way are
-resumed first, as one batch: they are down already.
+resumed first, as one batch: they are down already. Not taken on trust: one uncordoned
+since is cordoned again (and drained again if the roles had not run), one found verified is
+gated again before its uncordon, and a control plane whose restart would take etcd below
+quorum now waits (not started, exit 9).
 
 When the bundle moves Kubernetes, every control plane first runs kubeadm's upgrade in
 place, one at a time (kubeadm's order: `kubeadm upgrade apply|node` before the drain; the
@@ -240,15 +243,49 @@ def _apiserver_until(r: Rolling, host: str, want: str) -> str | None:
             return f"its API server reports {got or 'no version'}, not {want}"
 
 
+def _resume_checked(r: Rolling, resumed: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The part-way nodes this run resumes, and those it holds back. The store says where a
+    node was when the last run stopped, maybe days ago; the cluster says where it is now
+    (kubespray's pre-upgrade reads the node's schedulability each run, too)."""
+    j = r.journal
+    cps = r.scheduler.control_planes
+    outside = r.kube.unavailable()
+    go: list[str] = []
+    held: list[str] = []
+    for h in resumed:
+        if h in cps:  # a failed drain left it serving etcd: its reboot is one member more
+            etcd_down = {c for c, why in outside.items()
+                         if c in cps and c != h and why is not Down.CORDONED}
+            if not r.scheduler.cp_allowed(etcd_down | {c for c in go if c in cps}):
+                j.note(h, "upgrade", "note", f"not resumed now: {', '.join(sorted(etcd_down))}"
+                       f" down (etcd quorum); it stays {j.phase(h).value}")
+                held.append(h)
+                continue
+        if not r.kube.health(h).unschedulable:
+            r.kube.cordon(h)  # an operator's uncordon since: pods may have landed on it
+            again = j.phase(h) is Phase.UPGRADING
+            if again:
+                j.move(h, Phase.CORDONED, "recordon", {"unschedulable": True})
+            j.note(h, "upgrade", "note", "uncordoned since the last run: cordoned again"
+                   + (", and drained again before its roles" if again else ""))
+        if j.phase(h) is Phase.VERIFIED:  # gated by an earlier run: the gate runs again
+            j.move(h, Phase.CONFIGURED, "regate", {"gate": "again"})
+        go.append(h)
+    return go, held
+
+
 def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutcome:
     """Upgrade `todo` (nodes in ready, or part-way from a killed run), batch by batch."""
     j = r.journal
     resumed = [h for h in todo if j.phase(h) in MID_UPGRADE]
+    held: list[str] = []
+    if resumed and not stop.is_set():
+        resumed, held = _resume_checked(r, resumed)
     if resumed and not stop.is_set():
         j.note(None, "upgrade", "resumed", f"resuming {len(resumed)} node(s) left part-way "
                "by an earlier run: " + ", ".join(resumed))
         run_batch(r, resumed, stop)
-    fresh = [h for h in todo if h not in set(resumed)]
+    fresh = [h for h in todo if h not in set(resumed) | set(held)]
     failed_early = sum(1 for h in resumed if j.phase(h) is Phase.FAILED)
     # only when the run goes on: kubeadm cannot take the cluster back
     if failed_early < r.max_failures and not stop.is_set() \
@@ -308,7 +345,7 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
             stopped = why[-1]
     failed = [h for h in todo if j.phase(h) is Phase.FAILED]
     not_started = [h for h in fresh if j.phase(h) is Phase.READY
-                   and not j.outcomes[h].steps]
+                   and not j.outcomes[h].steps] + held
     # spent = it stopped the run with work left (exit 12); failures in the last batch that
     # end the run anyway are failures within the run (exit 9)
     spent = stopped is not None and stopped.startswith("failure budget spent")

@@ -1,0 +1,112 @@
+"""What `upgrade apply` takes from its state store and what it checks in the cluster first:
+a store that does not know the nodes upgrades nothing and says so (exit 9, never a green
+run); a node left part-way is resumed only as the cluster has it now (an operator's
+uncordon since, a gate passed days ago, etcd quorum). The stand-in API server and the
+recording installer of test_upgrade_apply."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from provisioner.inventory import load
+from provisioner.inventory.topology import servers
+from provisioner.lifecycle import Phase
+from provisioner.profile import for_site
+from provisioner.state import StateStore
+from provisioner.upgrade import apply as apply_mod
+from tests.conftest import EXAMPLE
+from tests.unit.test_upgrade_apply import (
+    Recorder,
+    _cluster,
+    _failed_mid_upgrade,
+    _gpu_bundle,
+    _opts,
+    _ready_site,
+    _set_node,
+)
+
+
+def _steps(store: StateStore, host: str) -> list[str]:
+    return [f"{e.from_phase}->{e.to_phase}" for e in store.events()
+            if e.kind == "transition" and e.hostname == host]
+
+
+def test_a_store_that_never_saw_the_nodes_upgrades_nothing_and_says_so(tmp_path: Path
+                                                                       ) -> None:
+    """A CI runner's empty state store: every node is enrolled there, none ready. Nothing is
+    touched, and the run is not ok (exit 9): each node is named as not started, with why."""
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    loaded = load(site)
+    profile = for_site(loaded, lab=False)
+    hosts = sorted(p.hostname for p in servers(loaded))
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        rec = Recorder(srv, kubelet=None)
+        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, _opts(1, 2, 2),
+                              profile=profile, installer=rec)
+        assert rec.installed == [] and not res.ok
+        changed = sorted(n.hostname for n in res.plan.nodes if n.changes)
+        assert changed and sorted(res.rolling.not_started) == changed
+        assert any(n.startswith("dgx01 is enrolled in this state store, not ready: not "
+                                "upgraded") for n in res.notes), res.notes
+        assert not any(srv.load()["nodes"][h]["unschedulable"] for h in hosts)
+
+
+def test_a_failed_node_uncordoned_since_is_cordoned_and_drained_before_its_roles(
+        tmp_path: Path) -> None:
+    """dgx02 failed in its roles; an operator uncordoned it and a training pod landed. The
+    retry cordons it again and drains it (the pod is evicted) before the roles run."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    _failed_mid_upgrade(store, ["dgx02"])
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        srv.edit(lambda w: w["pods"].append({"namespace": "train", "name": "job-7",
+                                             "node": "dgx02", "owner": "Job"}))
+        rec = Recorder(srv, kubelet=None)
+        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, _opts(1, 2, 2),
+                              profile=profile, installer=rec)
+        assert res.ok, [(n.hostname, n.reason) for n in res.failed]
+        assert ["dgx02"] in rec.installed
+        assert not [p for p in srv.load()["pods"] if p["name"] == "job-7"]  # evicted
+        assert "upgrading->cordoned" in _steps(store, "dgx02")
+        notes = [e.detail.get("note", "") for e in store.events() if e.kind == "note"]
+        assert any("cordoned again, and drained again before its roles" in n for n in notes)
+
+
+def test_a_node_found_verified_is_gated_again_before_its_uncordon(tmp_path: Path) -> None:
+    """A run killed between dgx02's gate and its uncordon; by the next run the node is
+    NotReady. It is gated again and fails, cordoned, instead of being uncordoned as it
+    was recorded."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    bundle = _gpu_bundle(loaded)
+    store.transition("dgx02", Phase.CORDONED, detail={"bundle": bundle})
+    for p in (Phase.DRAINING, Phase.UPGRADING, Phase.CONFIGURED, Phase.VERIFIED):
+        store.transition("dgx02", p)
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        _set_node(srv, "dgx02", unschedulable=True, ready=False)
+        res = apply_mod.apply(loaded, bundle, kube, {}, _opts(1, 2, 2), profile=profile,
+                              installer=Recorder(srv, kubelet=None))
+        assert [n.hostname for n in res.failed] == ["dgx02"]
+        assert "node is not Ready" in (res.failed[0].reason or "")
+        assert srv.load()["nodes"]["dgx02"]["unschedulable"] is True
+        assert "verified->configured" in _steps(store, "dgx02")
+
+
+def test_a_control_plane_left_part_way_waits_while_its_restart_would_break_quorum(
+        tmp_path: Path) -> None:
+    """cp01 failed at its drain (cordoned, still an etcd member); cp02 is NotReady now.
+    Resuming cp01 would take etcd to one member of three: it waits, not started (exit 9)."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    for p in (Phase.CORDONED, Phase.DRAINING):
+        store.transition("cp01", p)
+    store.transition("cp01", Phase.FAILED, reason="drain: 1 pod(s) still blocked")
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        _set_node(srv, "cp01", unschedulable=True)
+        _set_node(srv, "cp02", ready=False)
+        rec = Recorder(srv, kubelet=None)
+        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, _opts(1, 2, 2),
+                              profile=profile, installer=rec)
+        assert not any("cp01" in b for b in rec.installed)
+        assert "cp01" in res.rolling.not_started and not res.ok
+        notes = [e.detail.get("note", "") for e in store.events() if e.kind == "note"]
+        assert any("not resumed now: cp02 down (etcd quorum)" in n for n in notes), notes
