@@ -145,7 +145,10 @@ def site_vars(sw: Software) -> dict[str, Any]:
                else base.format(v=version) + name)
         data["kubernetes_cni_manifest_url"] = url
     reg = registry_host(src.registry_mirror) if src.registry_mirror else None
-    data["container_runtime_registry_mirror"] = _base(src.registry_mirror) \
+    # hosts.toml's server without a trailing slash: containerd cleans a path "/" to "/"
+    # and appends "/v2", pulling from "//v2/..." (remotes/docker/config/hosts.go,
+    # parseHostConfig), which a registry need not serve
+    data["container_runtime_registry_mirror"] = src.registry_mirror.rstrip("/") \
         if src.registry_mirror else ""
     if version_tuple(k8s.version)[:2] >= CONTAINERD_2_FROM:
         data["container_runtime_containerd_min_version"] = "2.0.0"

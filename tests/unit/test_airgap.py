@@ -7,6 +7,8 @@ import re
 import shutil
 from urllib.parse import urlsplit
 
+import pytest
+
 from provisioner import render, sources
 from provisioner.inventory import load
 from tests.conftest import EXAMPLE, edited_example
@@ -64,12 +66,24 @@ def test_a_mirrored_site_renders_no_internet_host(tmp_path):
 def test_the_mirrored_site_uses_its_own_sources(tmp_path):
     out = render.render(_site(tmp_path), tmp_path / "out").out
     gv = (out / "inventory/group_vars/all.yml").read_text()
-    assert f"container_runtime_registry_mirror: https://{MIRROR_HOST}:5000/" in gv
+    # no trailing slash: containerd would pull from https://mirror:5000//v2/ (sources.py)
+    assert f"container_runtime_registry_mirror: https://{MIRROR_HOST}:5000\n" in gv
     assert f"container_runtime_sandbox_image: {MIRROR_HOST}:5000/pause:3.10" in gv
     assert f"kubernetes_helm_repo_url: http://{MIRROR_HOST}/charts/" in gv
     assert (f"kubernetes_cni_manifest_url: http://{MIRROR_HOST}/manifests/calico/"
             f"{sources.CNI_VERSIONS['calico']}/calico.yaml") in gv
     assert "- ntp1.site.internal" in gv and "base_os_ntp_pools" not in gv
+
+
+@pytest.mark.parametrize("given", [":5000", ":5000/", ":5000/registry/"])
+def test_the_registry_mirror_reaches_containerd_without_a_trailing_slash(tmp_path, given):
+    """containerd appends /v2 to a hosts.toml server's cleaned path, so "https://m:5000/"
+    would pull from //v2/ (sources.py): the slash a site writes is dropped, a path kept."""
+    loaded = load(edited_example(tmp_path, "software:\n  os: ubuntu-22.04\n",
+                                 "software:\n  os: ubuntu-22.04" + SOURCES.replace(
+                                     f"https://{MIRROR_HOST}:5000", f"https://{MIRROR_HOST}{given}")))
+    got = sources.site_vars(loaded.site.software)["container_runtime_registry_mirror"]
+    assert got == f"https://{MIRROR_HOST}{given}".rstrip("/") and not got.endswith("/")
 
 
 def test_an_unmirrored_site_names_its_upstreams(tmp_path):
