@@ -37,8 +37,25 @@ HELM_APT_REPO = "https://packages.buildkite.com/helm-linux/helm-debian/any/"
 HELM_APT_KEY = "https://packages.buildkite.com/helm-linux/helm-debian/gpgkey"
 NVIDIA_CHARTS = "https://helm.ngc.nvidia.com/nvidia"
 CILIUM_CHARTS = "https://helm.cilium.io/"
-# Pinned CNI releases: every CNI the inventory accepts has one (tests/unit/test_kubernetes.py).
-CNI_VERSIONS = {"calico": "v3.28.2", "cilium": "1.16.5", "flannel": "v0.25.7"}
+# Pinned CNI releases per Kubernetes minor: each release with the first and last minor its
+# vendor tests it on, oldest first; a cluster gets the newest release tested on its minor,
+# so a minor-by-minor Kubernetes upgrade moves its CNI a minor at a time too (Cilium's
+# upgrade guide: "between consecutive minor releases" only). Every CNI the inventory
+# accepts has one (tests/unit/test_kubernetes_payload.py).
+# - Calico: "System requirements for Kubernetes" of each minor ("We test Calico ... against
+#   the following Kubernetes versions", docs.tigera.io/calico/<minor>/getting-started/
+#   kubernetes/requirements); newest patch tags of projectcalico/calico (August 2026). [P]
+# - Cilium: Documentation/network/kubernetes/compatibility.rst of v1.18.14 and v1.19.3
+#   ("All Kubernetes versions listed are e2e tested"); patches from helm.cilium.io. [S]
+# - Flannel: its README, "For Kubernetes v1.17+". [P]
+CniRelease = tuple[str, tuple[int, int], tuple[int, int]]
+CNI_RELEASES: dict[str, tuple[CniRelease, ...]] = {
+    "calico": (("v3.28.5", (1, 27), (1, 30)), ("v3.29.7", (1, 29), (1, 32)),
+               ("v3.30.7", (1, 31), (1, 35)), ("v3.31.7", (1, 32), (1, 35)),
+               ("v3.32.1", (1, 34), (1, 36)), ("v3.33.0", (1, 35), (1, 37))),
+    "cilium": (("1.18.14", (1, 30), (1, 33)), ("1.19.6", (1, 32), (1, 35))),
+    "flannel": (("v0.25.7", (1, 17), (1, 99)),),
+}
 CNI_MANIFESTS = {
     "calico": ("https://raw.githubusercontent.com/projectcalico/calico/{v}/manifests/",
                "calico.yaml"),
@@ -77,6 +94,17 @@ DEFAULT_NTP_POOL = "ntp.ubuntu.com"
 # to 1.37 (kubernetes#136846), then to 1.38 to outlast containerd 1.7's end of life
 # (kubernetes#139121, enhancements#6087, website#55954): from 1.38 the kubelet needs 2.0.
 CONTAINERD_2_FROM = (1, 38)
+
+
+def cni_release(cni: str, kubernetes_version: str) -> tuple[str, CniRelease | None]:
+    """The CNI version to pin for this Kubernetes version, and the release it is when its
+    vendor tests it on that minor (None: nearest known release, untested; validate warns)."""
+    minor = version_tuple(kubernetes_version)[:2]
+    releases = CNI_RELEASES[cni]
+    tested = [r for r in releases if r[1] <= minor <= r[2]]
+    if tested:
+        return tested[-1][0], tested[-1]
+    return (releases[0] if minor < releases[0][1] else releases[-1])[0], None
 
 
 def pause_tag(kubernetes_version: str) -> str:
@@ -133,16 +161,16 @@ def site_vars(sw: Software) -> dict[str, Any]:
     charts = _base(src.helm_repo) if src.helm_repo else None
     data["kubernetes_helm_repo_url"] = charts or NVIDIA_CHARTS
     data["kubernetes_cilium_helm_repo_url"] = charts or CILIUM_CHARTS
-    data["kubernetes_cni_version"] = CNI_VERSIONS[k8s.cni]
+    cni_version, _tested = cni_release(k8s.cni, k8s.version)
+    data["kubernetes_cni_version"] = cni_version
     data |= {"kubernetes_gpu_operator_chart_version": GPU_OPERATOR_CHART_VERSION,
              "kubernetes_network_operator_chart_version": NETWORK_OPERATOR_CHART_VERSION,
              "kubernetes_network_operator_component_version":
                  NETWORK_OPERATOR_COMPONENT_VERSION}
     if k8s.cni in CNI_MANIFESTS:
         base, name = CNI_MANIFESTS[k8s.cni]
-        version = CNI_VERSIONS[k8s.cni]
-        url = (f"{_base(src.manifests)}{k8s.cni}/{version}/{name}" if src.manifests
-               else base.format(v=version) + name)
+        url = (f"{_base(src.manifests)}{k8s.cni}/{cni_version}/{name}" if src.manifests
+               else base.format(v=cni_version) + name)
         data["kubernetes_cni_manifest_url"] = url
     reg = registry_host(src.registry_mirror) if src.registry_mirror else None
     # hosts.toml's server without a trailing slash: containerd cleans a path "/" to "/"

@@ -131,6 +131,7 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     _roce_needs_doca(loaded, emit)
     _gpudirect_rdma(loaded, emit)
     _roce_host_priorities(sw, emit)
+    _cni_tested(sw, emit)
     if drv is not None and drv.source == "canonical" and drv.version and sw.mirror is None:
         # Ubuntu's archive indexes one build of a package per pocket: an exact pin
         # resolves while that build is current, then apt finds no candidate on a new node
@@ -179,6 +180,23 @@ def _mirror_without_sources(loaded: LoadedSite, emit: Emit) -> None:
              + "; the nodes fetch them from the internet, which an air-gapped site cannot "
              "reach", "set them in software.sources to the site's own servers",
              severity=Severity.WARNING)
+
+
+def _cni_tested(sw: Software, emit: Emit) -> None:
+    """The CNI release is the newest its vendor tests on the cluster's minor (sources.py);
+    for a minor no known release is tested on, the nearest one is used, and said."""
+    from provisioner.sources import cni_release  # sources imports the inventory
+
+    k8s = sw.kubernetes
+    if k8s is None:
+        return
+    version, tested = cni_release(k8s.cni, k8s.version)
+    if tested is None:
+        emit("cni-untested", ("software", "kubernetes", "version"),
+             f"no {k8s.cni} release the project knows is tested on Kubernetes "
+             f"{'.'.join(k8s.version.split('.')[:2])}; {k8s.cni} {version} is used",
+             f"check {k8s.cni}'s compatibility page for this minor, or pin a Kubernetes "
+             "version it lists", severity=Severity.WARNING)
 
 
 def _roce_host_priorities(sw: Software, emit: Emit) -> None:

@@ -87,14 +87,15 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
         add("image-set", "kubeadm control-plane images (kubeadm config images list)",
             f"v{sw.kubernetes.version}", "kubernetes", k8s)
         cni = sw.kubernetes.cni
+        cni_version, _tested = sources.cni_release(cni, sw.kubernetes.version)
         if cni in sources.CNI_MANIFESTS:
             add("file", f"{cni} CNI manifest ({sources.CNI_MANIFESTS[cni][1]})",
-                sources.CNI_VERSIONS[cni], "kubernetes", k8s)
+                cni_version, "kubernetes", k8s)
             add("image-set", f"the images the {cni} manifest names (its image: lines)",
-                sources.CNI_VERSIONS[cni], "kubernetes", k8s)
+                cni_version, "kubernetes", k8s)
         if cni == "cilium":
-            add("helm-chart", "cilium/cilium", sources.CNI_VERSIONS[cni], "kubernetes", k8s)
-            add("image-set", _CHART_IMAGES.format("cilium/cilium"), sources.CNI_VERSIONS[cni],
+            add("helm-chart", "cilium/cilium", cni_version, "kubernetes", k8s)
+            add("image-set", _CHART_IMAGES.format("cilium/cilium"), cni_version,
                 "kubernetes", k8s)
         control = [h for h in k8s if Role.CONTROL_PLANE in h.roles]
         if gpu or roce or cni == "cilium":  # helm runs on the first control plane only

@@ -38,9 +38,10 @@ def _yaml(path: Path) -> Any:
 
 def test_every_supported_cni_is_pinned_and_has_a_source():
     cnis = typing.get_args(Kubernetes.model_fields["cni"].annotation)
-    assert set(cnis) == set(sources.CNI_VERSIONS)
+    assert set(cnis) == set(sources.CNI_RELEASES)
     for cni in cnis:
-        assert sources.CNI_VERSIONS[cni]
+        assert all(version and first <= last
+                   for version, first, last in sources.CNI_RELEASES[cni])
         # a manifest, or (cilium) a chart installed by the role
         assert cni in sources.CNI_MANIFESTS or cni == "cilium"
     tasks = (ROLE / "tasks/main.yml").read_text()
@@ -56,9 +57,9 @@ def test_each_cni_renders_a_pinned_version(tmp_path):
         (site / "s.yaml").write_text(text)
         out = render.render(load(site / "s.yaml"), tmp_path / f"o-{cni}").out
         gv = _yaml(out / "inventory/group_vars/all.yml")
-        assert gv["kubernetes_cni_version"] == sources.CNI_VERSIONS[cni]
+        assert gv["kubernetes_cni_version"] == sources.cni_release(cni, "1.31.4")[0]
         if cni != "cilium":
-            assert sources.CNI_VERSIONS[cni] in gv["kubernetes_cni_manifest_url"]
+            assert gv["kubernetes_cni_version"] in gv["kubernetes_cni_manifest_url"]
 
 
 def test_flannel_takes_the_sites_pod_network():
@@ -66,7 +67,8 @@ def test_flannel_takes_the_sites_pod_network():
     net-conf.json before the manifest is applied (Python's re, as Ansible's replace uses)."""
     names = [t["name"] for t in _yaml(ROLE / "tasks/main.yml")]
     assert names.index("Fetch the pinned CNI manifest") < names.index(
-        "Give flannel the site's pod network") < names.index("Install the CNI from its manifest")
+        "Give flannel the site's pod network") < names.index(
+        "Compare the CNI manifest with the cluster")
     task = role_task("kubernetes", "Give flannel the site's pod network")
     replace = task["ansible.builtin.replace"]
     shipped = ('  net-conf.json: |\n    {\n      "Network": "10.244.0.0/16",\n'
@@ -105,7 +107,7 @@ def test_operators_are_pinned(tmp_path):
         assert sets[f"the images the {chart} chart deploys (`helm show values`: each "
                     "component's repository, image and version)"] == version
     assert sets["the images the calico manifest names (its image: lines)"] == \
-        sources.CNI_VERSIONS["calico"]
+        sources.cni_release("calico", loaded.site.software.kubernetes.version)[0]
     release = {t["name"]: t for t in _yaml(ROLE / "tasks/helm_release.yml")}
     argv = ansible_eval(next(t for n, t in release.items() if n.startswith(
         "Install or upgrade"))["ansible.builtin.command"]["argv"], **_release_ctx())

@@ -1,0 +1,95 @@
+"""The CNI follows the cluster's Kubernetes minor: the newest release its vendor tests on
+that minor (sources.CNI_RELEASES), untested minors warned about by validate, Cilium moved a
+minor at a time, and the manifest applied server-side with a diff that tells the truth."""
+
+from __future__ import annotations
+
+import pytest
+
+from provisioner import render, sources
+from provisioner.inventory import load
+from provisioner.inventory.checks import check
+from tests.conftest import ansible_eval, edited_example, holds, role_task
+
+EXAMPLE_K8S = 'kubernetes: {version: "1.31.4", cni: calico, vip: 10.250.0.250}'
+
+
+@pytest.mark.parametrize(("cni", "kubernetes", "version", "tested"), [
+    ("calico", "1.27.3", "v3.28.5", True),
+    ("calico", "1.30.2", "v3.29.7", True),  # 3.30 is tested from 1.31
+    ("calico", "1.31.4", "v3.30.7", True),
+    ("calico", "1.33.1", "v3.31.7", True),
+    ("calico", "1.34.0", "v3.32.1", True),
+    ("calico", "1.37.2", "v3.33.0", True),
+    ("calico", "1.38.0", "v3.33.0", False),  # newer than any known release's tests
+    ("calico", "1.25.0", "v3.28.5", False),
+    ("cilium", "1.31.4", "1.18.14", True),
+    ("cilium", "1.32.4", "1.19.6", True),
+    ("cilium", "1.36.0", "1.19.6", False),
+    ("flannel", "1.37.0", "v0.25.7", True)])
+def test_the_newest_release_tested_on_the_clusters_minor(cni, kubernetes, version, tested):
+    got, release = sources.cni_release(cni, kubernetes)
+    assert got == version and (release is not None) is tested
+
+
+def test_a_minor_by_minor_kubernetes_upgrade_moves_each_cni_a_minor_at_most():
+    """Kubernetes moves one minor per upgrade (kubeadm's skew policy): its CNI then moves at
+    most one minor too, which Cilium requires of its upgrades."""
+    for cni in sources.CNI_RELEASES:
+        for minor in range(27, 38):
+            a = sources.cni_release(cni, f"1.{minor}.0")[0].lstrip("v").split(".")
+            b = sources.cni_release(cni, f"1.{minor + 1}.0")[0].lstrip("v").split(".")
+            assert a[0] == b[0] and 0 <= int(b[1]) - int(a[1]) <= 1, (cni, minor, a, b)
+
+
+def test_the_site_and_its_artifacts_get_the_release_for_its_minor(tmp_path):
+    site = edited_example(tmp_path, EXAMPLE_K8S, EXAMPLE_K8S.replace("1.31.4", "1.34.2"))
+    loaded = load(site)
+    gv = (render.render(loaded, tmp_path / "o").out / "inventory/group_vars/all.yml"
+          ).read_text()
+    assert "kubernetes_cni_version: v3.32.1" in gv
+    assert "calico/v3.32.1/manifests/calico.yaml" in gv
+    files = {i["name"]: i["version"] for i in render.artifacts(loaded) if i["kind"] == "file"}
+    assert files["calico CNI manifest (calico.yaml)"] == "v3.32.1"
+    assert not [f for f in check(loaded) if f.code == "cni-untested"]
+
+
+def test_validate_warns_of_a_minor_no_known_release_is_tested_on(tmp_path):
+    site = edited_example(tmp_path, EXAMPLE_K8S, EXAMPLE_K8S.replace("1.31.4", "1.38.1"))
+    hits = [f for f in check(load(site)) if f.code == "cni-untested"]
+    assert len(hits) == 1 and hits[0].severity.value == "warning"
+    assert "calico v3.33.0 is used" in hits[0].message
+    assert hits[0].location.key_path == "software.kubernetes.version"
+
+
+@pytest.mark.parametrize(("deployed", "target", "ok"), [
+    ([], "1.18.14", True),  # a first install
+    ([{"chart": "cilium-1.17.18", "status": "deployed"}], "1.18.14", True),
+    ([{"chart": "cilium-1.18.14", "status": "deployed"}], "1.18.14", True),
+    ([{"chart": "cilium-1.16.5", "status": "deployed"}], "1.18.14", False),
+    ([{"chart": "cilium-1.19.6", "status": "deployed"}], "1.17.18", False),  # rollback too
+    ([{"chart": "cilium-1.19.6", "status": "deployed"}], "v1.18.14", True)])
+def test_cilium_is_upgraded_one_minor_at_a_time(deployed, target, ok):
+    task = role_task("kubernetes", "Refuse to skip a minor release: "
+                     "{{ kubernetes_release.name }}", file="tasks/helm_release.yml")
+    release = {"name": "cilium", "chart": "cilium/cilium", "version": target,
+               "namespace": "kube-system", "minor_by_minor": True}
+    ctx = {"kubernetes_release": release, "kubernetes_release_listed": deployed}
+    at = ansible_eval(task["vars"]["kubernetes_release_at"], **ctx)
+    to = ansible_eval(task["vars"]["kubernetes_release_to"], **ctx)
+    assert at == (deployed[0]["chart"].split("-")[1].rsplit(".", 1)[0] if deployed else "")
+    assert holds(task["ansible.builtin.assert"]["that"], kubernetes_release_at=at,
+                 kubernetes_release_to=to, **ctx) is ok
+    cilium = role_task("kubernetes", "Install Cilium from its pinned chart")
+    assert cilium["vars"]["kubernetes_release"]["minor_by_minor"] is True
+
+
+def test_the_cni_manifest_is_applied_server_side_only_when_kubectl_diff_finds_a_change():
+    diff = role_task("kubernetes", "Compare the CNI manifest with the cluster")
+    apply = role_task("kubernetes", "Install or upgrade the CNI from its manifest")
+    for task in (diff, apply):
+        argv = task["ansible.builtin.command"]["argv"]
+        assert "--server-side" in argv and "--force-conflicts" in argv
+    assert diff["ansible.builtin.command"]["argv"][3] == "diff"
+    assert diff["changed_when"] is False and diff["failed_when"] == "kubernetes_cni_diff.rc > 1"
+    assert apply["when"].endswith("kubernetes_cni_diff.rc == 1")
