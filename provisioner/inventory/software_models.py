@@ -164,6 +164,12 @@ class Software(Model):
     mirror_key: LocalPath | None = Field(
         default=None, description="the mirror's signing key (armored .asc or binary .gpg, "
         "relative to the site directory): apt verifies the mirror through signed-by")
+    # An air-gapped site's HTTPS mirror, registry and chart repository are usually signed by
+    # the site's own CA, which no distribution trusts: apt, containerd, helm and get_url
+    # all read the system store, so the CA goes there (base_os, update-ca-certificates).
+    ca_certificate: LocalPath | None = Field(
+        default=None, description="the site's CA certificate (PEM, relative to the site "
+        "directory), added to every node's trusted CAs")
     sources: Sources = Sources()
 
     @model_validator(mode="after")

@@ -83,12 +83,25 @@ def kernel_modules_for(loaded: LoadedSite, block: BlockType) -> str:
 
 
 MIRROR_KEY_NAME = "site-mirror-key"  # in the rendered project's files/ (+ the key's suffix)
+CA_NAME = "site-ca.crt"  # the site's CA certificate, in the rendered project's files/
 
 
 def mirror_key_source(loaded: LoadedSite) -> Path | None:
     """software.mirror_key on the controller (relative to the site), or None."""
     key = loaded.site.software.mirror_key
     return None if not key else loaded.base_dir.resolve() / key
+
+
+def _site_files(loaded: LoadedSite) -> dict[str, Path]:
+    """The site's public files the project carries in files/ (a job sent to an execution
+    node carries them too): the mirror's key and the site's CA, by their name there."""
+    sw, out = loaded.site.software, {}
+    key = mirror_key_source(loaded)
+    if key is not None:
+        out[MIRROR_KEY_NAME + key.suffix] = key
+    if sw.ca_certificate:
+        out[CA_NAME] = loaded.base_dir.resolve() / sw.ca_certificate
+    return out
 
 
 def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
@@ -108,6 +121,7 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
         # execution node carries it too; the role copies it and names it in signed-by
         "base_os_mirror_key": (MIRROR_KEY_NAME + Path(sw.mirror_key).suffix
                                if sw.mirror_key else ""),
+        "base_os_ca_certificate": CA_NAME if sw.ca_certificate else "",
         "dcgm_diag_level": sw.dcgm.diag_level,
         "roce_host_interfaces": list(roce.interfaces),
         # the same contract renders the switch side (provisioner/roce.py, fabric/)
@@ -132,9 +146,10 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
         data |= {"kubernetes_version": k.version, "kubernetes_cni": k.cni,
                  "kubernetes_pod_cidr": str(k.pod_cidr),
                  "kubernetes_service_cidr": str(k.service_cidr)}
-    key_src = mirror_key_source(loaded)
-    if key_src is not None and not key_src.is_file():
-        raise RenderError(f"software.mirror_key: {key_src} is not a file")
+    for setting, path in (("mirror_key", mirror_key_source(loaded)),
+                          ("ca_certificate", _site_files(loaded).get(CA_NAME))):
+        if path is not None and not path.is_file():
+            raise RenderError(f"software.{setting}: {path} is not a file")
     data |= sources.site_vars(sw)
     data |= _kubernetes_vars(loaded)
     for key, value in data.items():
@@ -335,11 +350,10 @@ def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
     write("env/settings", _dump({"idle_timeout": 1800}))
     _copy_tree(PLAYBOOKS_DIR, out / "project", written)
     _copy_tree(ROLES_DIR, out / "project" / "roles", written)
-    key = mirror_key_source(loaded)
-    if key is not None:  # checked to exist by _group_vars; a public key, no secret
-        dest = out / "project" / "files" / (MIRROR_KEY_NAME + key.suffix)
+    for name, src in _site_files(loaded).items():  # checked by _group_vars; public, no secret
+        dest = out / "project" / "files" / name
         dest.parent.mkdir(exist_ok=True)
-        shutil.copyfile(key, dest)
+        shutil.copyfile(src, dest)
         written.append(dest)
     return result
 
