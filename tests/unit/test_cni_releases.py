@@ -90,6 +90,7 @@ def test_the_cni_manifest_is_applied_server_side_only_when_kubectl_diff_finds_a_
     for task in (diff, apply):
         argv = task["ansible.builtin.command"]["argv"]
         assert "--server-side" in argv and "--force-conflicts" in argv
+        assert "--field-manager=provisioner" in argv  # the diff as the apply's manager
     assert diff["ansible.builtin.command"]["argv"][3] == "diff"
     assert diff["changed_when"] is False and diff["failed_when"] == "kubernetes_cni_diff.rc > 1"
     assert apply["when"].endswith("kubernetes_cni_diff.rc == 1")
