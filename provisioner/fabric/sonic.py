@@ -84,6 +84,21 @@ def json_patch(running: Json, desired: Json, _at: list[str] | None = None) -> li
     return ops
 
 
+def _retired(running: Json) -> list[Json]:
+    """Remove what an earlier renderer wrote and this one no longer does: BUFFER_PG entries
+    of one priority on the pool profile ingress_lossless_profile (no headroom, and overlapping
+    SONiC's own "3-4"). Entries an operator wrote (another profile, a range) stay."""
+    return [{"op": "remove", "path": _pointer(["BUFFER_PG", key])}
+            for key, entry in sorted(running.get("BUFFER_PG", {}).items())
+            if key.rpartition("|")[2].isdigit() and isinstance(entry, dict)
+            and entry.get("profile") == "ingress_lossless_profile"]
+
+
+def patch(running: Json, desired: Json) -> list[Json]:
+    """The RFC 6902 operations `config apply-patch` applies to the running config_db."""
+    return json_patch(running, desired) + _retired(running)
+
+
 class SonicRenderer:
     nos = "sonic"
     file_name = "config_db.json"

@@ -10,6 +10,8 @@ Audit of the models' free-text fields (what each one reaches, and why it is safe
     Software.mirror_suites the suite field of those lines: a Debian suite name, no spaces
     Ssh.private_key_file   ansible_ssh_private_key_file (ssh -i): a plain path
     Software.mirror_key    the source of the role's key copy: a plain path
+    Software.ca_certificate  the source of the role's CA copy: a plain path (render also
+                           refuses a file that is no certificate, or holds a private key)
     Bmc.address            the host part of the Redfish URL and ipmitool/pyghmi targets:
                            a host name or an IP address, nothing that moves the request
                            ("/", "@", "?") elsewhere

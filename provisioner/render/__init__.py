@@ -104,6 +104,20 @@ def _site_files(loaded: LoadedSite) -> dict[str, Path]:
     return out
 
 
+def _check_ca(path: Path | None) -> None:
+    """The CA goes to every node, readable by all: a certificate, never a private key."""
+    if path is None:
+        return
+    text = path.read_bytes()[:1_000_000].decode("ascii", "replace")
+    if "PRIVATE KEY-----" in text:
+        raise RenderError(f"software.ca_certificate: {path} holds a private key, which "
+                          "would be copied to every node", hint="give the CA's certificate "
+                          "alone (PEM, -----BEGIN CERTIFICATE-----)")
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise RenderError(f"software.ca_certificate: {path} is no PEM certificate",
+                          hint="give the CA's certificate in PEM (-----BEGIN CERTIFICATE-----)")
+
+
 def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
     site, sw = loaded.site, loaded.site.software
     drv = sw.nvidia_driver
@@ -122,6 +136,8 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
         "base_os_mirror_key": (MIRROR_KEY_NAME + Path(sw.mirror_key).suffix
                                if sw.mirror_key else ""),
         "base_os_ca_certificate": CA_NAME if sw.ca_certificate else "",
+        # containerd reads hosts.toml's `ca` at each pull; its system store once, at start
+        "container_runtime_ca_certificate": CA_NAME if sw.ca_certificate else "",
         "dcgm_diag_level": sw.dcgm.diag_level,
         "roce_host_interfaces": list(roce.interfaces),
         # the same contract renders the switch side (provisioner/roce.py, fabric/)
@@ -150,6 +166,7 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
                           ("ca_certificate", _site_files(loaded).get(CA_NAME))):
         if path is not None and not path.is_file():
             raise RenderError(f"software.{setting}: {path} is not a file")
+    _check_ca(_site_files(loaded).get(CA_NAME))
     data |= sources.site_vars(sw)
     data |= _kubernetes_vars(loaded)
     for key, value in data.items():

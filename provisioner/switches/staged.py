@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 import yaml
 
 from provisioner.errors import FabricError
-from provisioner.fabric.sonic import json_patch
+from provisioner.fabric.sonic import patch as sonic_patch
 from provisioner.switches.base import SwitchOutcome
 
 Leaves = dict[str, str]
@@ -95,7 +95,7 @@ def sonic_leaves(text: str) -> Leaves:
 
 
 def _sonic_patch(desired: str, running: str) -> str:
-    return json.dumps(json_patch(json.loads(running), json.loads(desired)), indent=1) + "\n"
+    return json.dumps(sonic_patch(json.loads(running), json.loads(desired)), indent=1) + "\n"
 
 
 NVUE_CANDIDATE = "/tmp/provision-fabric.yaml"  # noqa: S108 - on the switch, removed after

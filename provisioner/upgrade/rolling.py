@@ -43,6 +43,8 @@ from provisioner.workflows.engine import Journal, Progress
 
 # Where a killed run can leave a node that is part-way through its upgrade.
 MID_UPGRADE = frozenset(UPGRADE_PATH) - {Phase.READY}
+# Part-way with its roles (and reboot) still ahead.
+BEFORE_ROLES = frozenset({Phase.CORDONED, Phase.DRAINING, Phase.UPGRADING})
 
 
 @dataclass(frozen=True)
@@ -253,19 +255,25 @@ def _resume_checked(r: Rolling, resumed: Sequence[str]) -> tuple[list[str], list
     go: list[str] = []
     held: list[str] = []
     for h in resumed:
-        if h in cps:  # a failed drain left it serving etcd: its reboot is one member more
+        # one still serving etcd (a failed drain, say) whose roles are ahead: its restart is
+        # one member more down. Past its roles (gate, uncordon) nothing restarts; already
+        # down (NotReady), it takes nothing more away.
+        serving = outside.get(h) in (None, Down.CORDONED)
+        if h in cps and serving and j.phase(h) in BEFORE_ROLES:
             etcd_down = {c for c, why in outside.items()
                          if c in cps and c != h and why is not Down.CORDONED}
-            if not r.scheduler.cp_allowed(etcd_down | {c for c in go if c in cps}):
+            etcd_down |= {c for c in go if c in cps}
+            if not r.scheduler.cp_allowed(etcd_down):
                 j.note(h, "upgrade", "note", f"not resumed now: {', '.join(sorted(etcd_down))}"
-                       f" down (etcd quorum); it stays {j.phase(h).value}")
+                       f" down or going down (etcd quorum); it stays {j.phase(h).value}")
                 held.append(h)
                 continue
         if not r.kube.health(h).unschedulable:
             r.kube.cordon(h)  # an operator's uncordon since: pods may have landed on it
             again = j.phase(h) is Phase.UPGRADING
             if again:
-                j.move(h, Phase.CORDONED, "recordon", {"unschedulable": True})
+                j.move(h, Phase.CORDONED, "recordon",
+                      {"unschedulable": True, **({"bundle": r.bundle} if r.bundle else {})})
             j.note(h, "upgrade", "note", "uncordoned since the last run: cordoned again"
                    + (", and drained again before its roles" if again else ""))
         if j.phase(h) is Phase.VERIFIED:  # gated by an earlier run: the gate runs again

@@ -78,8 +78,15 @@ def test_cilium_is_upgraded_one_minor_at_a_time(deployed, target, ok):
     at = ansible_eval(task["vars"]["kubernetes_release_at"], **ctx)
     to = ansible_eval(task["vars"]["kubernetes_release_to"], **ctx)
     assert at == (deployed[0]["chart"].split("-")[1].rsplit(".", 1)[0] if deployed else "")
-    assert holds(task["ansible.builtin.assert"]["that"], kubernetes_release_at=at,
-                 kubernetes_release_to=to, **ctx) is ok
+    runs = holds(task["when"], **ctx)
+    assert runs is bool(deployed)  # a first install has no release to skip from
+    if runs:
+        assert holds(task["ansible.builtin.assert"]["that"], kubernetes_release_at=at,
+                     kubernetes_release_to=to, **ctx) is ok
+        # the message is templated whatever the answer (before `that` is read)
+        said = ansible_eval(task["ansible.builtin.assert"]["fail_msg"],
+                            kubernetes_release_at=at, kubernetes_release_to=to, **ctx)
+        assert f"cilium is at {at}" in said
     cilium = role_task("kubernetes", "Install Cilium from its pinned chart")
     assert cilium["vars"]["kubernetes_release"]["minor_by_minor"] is True
 
@@ -92,5 +99,7 @@ def test_the_cni_manifest_is_applied_server_side_only_when_kubectl_diff_finds_a_
         assert "--server-side" in argv and "--force-conflicts" in argv
         assert "--field-manager=provisioner" in argv  # the diff as the apply's manager
     assert diff["ansible.builtin.command"]["argv"][3] == "diff"
-    assert diff["changed_when"] is False and diff["failed_when"] == "kubernetes_cni_diff.rc > 1"
-    assert apply["when"].endswith("kubernetes_cni_diff.rc == 1")
+    # exit 1: differences; above 1: an error, such as flannel's namespace not there yet
+    # for a server-side diff (kubernetes#114141): the apply runs and says what is wrong
+    assert diff["changed_when"] is False and diff["failed_when"] is False
+    assert apply["when"].endswith("kubernetes_cni_diff.rc != 0")

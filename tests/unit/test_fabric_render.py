@@ -133,6 +133,25 @@ def test_mtu_too_small_named() -> None:
     assert [(m.what, m.host_value, m.switch_value) for m in found] == [("mtu", "9000", "1500")]
 
 
+def test_sonic_patch_removes_the_buffer_groups_an_earlier_render_wrote() -> None:
+    """An earlier renderer wrote BUFFER_PG "Ethernet0|3" on the pool profile (no headroom,
+    overlapping SONiC's own "3-4"): the patch removes those, and keeps SONiC's own
+    lossless group and one an operator set on another profile."""
+    from provisioner.fabric.sonic import patch
+    desired = json.loads(fabric.RENDERERS["sonic"].render(_spec("sonic")))
+    assert "BUFFER_PG" not in desired
+    running = {"BUFFER_PG": {
+        "Ethernet0|3": {"profile": "ingress_lossless_profile"},
+        "Ethernet0|4": {"profile": "ingress_lossless_profile"},
+        "Ethernet0|3-4": {"profile": "pg_lossless_400000_5m_profile"},
+        "Ethernet8|5": {"profile": "my_headroom_override"}}}
+    after = jsonpatch.apply_patch(running, patch(running, desired))
+    assert after["BUFFER_PG"] == {
+        "Ethernet0|3-4": {"profile": "pg_lossless_400000_5m_profile"},
+        "Ethernet8|5": {"profile": "my_headroom_override"}}
+    assert patch(after, desired) == []  # idempotent
+
+
 def test_sonic_json_patch_applies_and_keeps_other_config() -> None:
     desired = json.loads(fabric.RENDERERS["sonic"].render(_spec("sonic")))
     running = {"PORT": {"Ethernet0": {"lanes": "0,1,2,3", "mtu": "1500"}},

@@ -45,3 +45,36 @@ def test_base_os_trusts_the_ca_before_the_first_source_it_reads():
     handler = role_task("base_os", "Add the site's CA to the trusted CAs",
                         file="handlers/main.yml")
     assert handler["ansible.builtin.command"]["argv"] == ["update-ca-certificates"]
+
+
+def test_render_refuses_a_ca_file_that_is_no_certificate_or_holds_a_key(tmp_path):
+    site = edited_example(tmp_path, "software:\n", "software:\n  ca_certificate: ca.pem\n")
+    for text, said in (("not a certificate\n", "is no PEM certificate"),
+                       (PEM + "-----BEGIN PRIVATE KEY-----\nMII\n-----END PRIVATE KEY-----\n",
+                        "holds a private key")):
+        (site / "ca.pem").write_text(text)
+        with pytest.raises(RenderError, match=said):
+            render.render(load(site), tmp_path / "out")
+
+
+def test_containerd_trusts_the_site_ca_for_the_registry_mirror():
+    """hosts.toml names the CA for the mirror (containerd reads it at each pull), and stays
+    valid TOML with and without one."""
+    import tomllib
+
+    from tests.conftest import ansible_eval
+    task = role_task("container_runtime", "Pull every image through the site's registry mirror")
+    ctx = {"container_runtime_registry_mirror": "https://registry.site.internal:5000",
+           "container_runtime_certs_dir": "/etc/containerd/certs.d"}
+    host = 'host."https://registry.site.internal:5000"'
+    with_ca = tomllib.loads(ansible_eval(task["ansible.builtin.copy"]["content"], **ctx,
+                                         container_runtime_ca_certificate="site-ca.crt"))
+    assert with_ca["host"]["https://registry.site.internal:5000"] == {
+        "capabilities": ["pull", "resolve"],
+        "ca": "/etc/containerd/certs.d/_default/site-ca.crt"}
+    without = tomllib.loads(ansible_eval(task["ansible.builtin.copy"]["content"], **ctx,
+                                         container_runtime_ca_certificate=""))
+    assert "ca" not in without["host"]["https://registry.site.internal:5000"], host
+    copy = role_task("container_runtime", "Give containerd the site's CA for the registry "
+                     "mirror")
+    assert copy["ansible.builtin.copy"]["dest"].endswith("/_default/site-ca.crt")
