@@ -32,6 +32,13 @@ def _steps(store: StateStore, host: str) -> list[str]:
             if e.kind == "transition" and e.hostname == host]
 
 
+def _left_verified(store: StateStore, host: str, bundle: str) -> None:
+    """What a run killed between a node's gate and its uncordon leaves in the store."""
+    store.transition(host, Phase.CORDONED, detail={"bundle": bundle})
+    for p in (Phase.DRAINING, Phase.UPGRADING, Phase.CONFIGURED, Phase.VERIFIED):
+        store.transition(host, p)
+
+
 def test_a_store_that_never_saw_the_nodes_upgrades_nothing_and_says_so(tmp_path: Path
                                                                        ) -> None:
     """A CI runner's empty state store: every node is enrolled there, none ready. Nothing is
@@ -79,9 +86,7 @@ def test_a_node_found_verified_is_gated_again_before_its_uncordon(tmp_path: Path
     was recorded."""
     loaded, profile, hosts, store = _ready_site(tmp_path)
     bundle = _gpu_bundle(loaded)
-    store.transition("dgx02", Phase.CORDONED, detail={"bundle": bundle})
-    for p in (Phase.DRAINING, Phase.UPGRADING, Phase.CONFIGURED, Phase.VERIFIED):
-        store.transition("dgx02", p)
+    _left_verified(store, "dgx02", bundle)
     with _cluster(tmp_path, hosts) as (srv, kube):
         _set_node(srv, "dgx02", unschedulable=True, ready=False)
         res = apply_mod.apply(loaded, bundle, kube, {}, _opts(1, 2, 2), profile=profile,
@@ -118,9 +123,7 @@ def test_a_control_plane_past_its_roles_is_not_held_for_quorum(tmp_path: Path) -
     and uncordon restart nothing, so quorum does not hold it: it is gated and uncordoned."""
     loaded, profile, hosts, store = _ready_site(tmp_path)
     bundle = _gpu_bundle(loaded)
-    store.transition("cp01", Phase.CORDONED, detail={"bundle": bundle})
-    for p in (Phase.DRAINING, Phase.UPGRADING, Phase.CONFIGURED, Phase.VERIFIED):
-        store.transition("cp01", p)
+    _left_verified(store, "cp01", bundle)
     with _cluster(tmp_path, hosts) as (srv, kube):
         _set_node(srv, "cp01", unschedulable=True)
         _set_node(srv, "cp02", ready=False)
