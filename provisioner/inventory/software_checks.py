@@ -132,6 +132,7 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     _gpudirect_rdma(loaded, emit)
     _roce_host_priorities(sw, emit)
     _cni_tested(sw, emit)
+    _mirror_architectures(loaded, emit)
     if drv is not None and drv.source == "canonical" and drv.version and sw.mirror is None:
         # Ubuntu's archive indexes one build of a package per pocket: an exact pin
         # resolves while that build is current, then apt finds no candidate on a new node
@@ -179,6 +180,26 @@ def _mirror_without_sources(loaded: LoadedSite, emit: Emit) -> None:
              "software.mirror is set but not these software.sources: " + ", ".join(unset)
              + "; the nodes fetch them from the internet, which an air-gapped site cannot "
              "reach", "set them in software.sources to the site's own servers",
+             severity=Severity.WARNING)
+
+
+def _mirror_architectures(loaded: LoadedSite, emit: Emit) -> None:
+    """Ubuntu serves amd64 from its main archive and arm64 from its ports archive: one
+    mirror URL for a site with both is a mirror of one of them, unless it merges both."""
+    from provisioner.inventory.topology import servers  # topology imports checks
+    from provisioner.payload import ARM64_ARCHS  # payload imports the inventory
+
+    sw = loaded.site.software
+    if sw.mirror is None or sw.mirror_arm64 is not None:
+        return
+    arm = {p.block.gpu is not None and p.block.gpu.architecture in ARM64_ARCHS
+           for p in servers(loaded)}
+    if arm == {True, False}:
+        emit("mirror-one-architecture", ("software", "mirror"),
+             "the site has arm64 (Grace) and amd64 servers, and one mirror for both: Ubuntu "
+             "publishes arm64 in its ports archive (ports.ubuntu.com/ubuntu-ports), not in "
+             "the main archive", "set software.mirror_arm64 to a mirror of the ports "
+             "archive, unless software.mirror serves both architectures",
              severity=Severity.WARNING)
 
 

@@ -161,6 +161,12 @@ class Software(Model):
     mirror_suites: list[Suite] | None = Field(
         default=None, min_length=1, description="the mirror's suites (default: the "
         "release, RELEASE-updates and RELEASE-security)")
+    # Ubuntu publishes arm64 (Grace) in its ports archive (ports.ubuntu.com/ubuntu-ports),
+    # not in the main archive that serves amd64: a site with both needs a mirror of each,
+    # unless its own mirror serves both architectures under one URL.
+    mirror_arm64: MirrorUrl | None = Field(
+        default=None, description="the mirror arm64 (Grace) nodes use: a mirror of Ubuntu's "
+        "ports archive (default: software.mirror)")
     mirror_key: LocalPath | None = Field(
         default=None, description="the mirror's signing key (armored .asc or binary .gpg, "
         "relative to the site directory): apt verifies the mirror through signed-by")

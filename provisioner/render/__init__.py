@@ -130,6 +130,7 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
                                  for n in site.networks},
         "provisioner_mirror": sw.mirror or "",
         "base_os_mirror": sw.mirror or "",
+        "base_os_mirror_arm64": sw.mirror_arm64 or "",
         **({"base_os_mirror_suites": list(sw.mirror_suites)} if sw.mirror_suites else {}),
         # the key travels inside the project (project/files/), so a job sent to an
         # execution node carries it too; the role copies it and names it in signed-by

@@ -22,7 +22,7 @@ from provisioner.errors import ConfigError, InventoryError, RenderError
 from provisioner.inventory import load
 from provisioner.lab import mirror, standins
 from provisioner.payload import KERNEL_HEADERS
-from tests.conftest import EXAMPLE, ROOT, ansible_eval, requires_peer
+from tests.conftest import EXAMPLE, FIXTURES, ROOT, ansible_eval, requires_peer
 
 DRIVER = "570.124.06"
 DRIVER_DEB = f"{DRIVER}-0ubuntu1"  # NVIDIA's CUDA repository packaging
@@ -116,16 +116,43 @@ def _apt(tmp: Path, key: Path, *args: str, pin: str = "") -> subprocess.Complete
                           check=False, timeout=120)
 
 
-def _sources(url: str, key: str, suites: list[str], components: str) -> str:
+def _sources(url: str, key: str, suites: list[str], components: str, *,
+             arm64_url: str = "", architecture: str = "x86_64") -> str:
     """The sources.list base_os writes, from its own template."""
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False,
                              trim_blocks=True)  # as Ansible's template module
     role_vars = yaml.safe_load((ROOT / "roles/base_os/vars/main.yml").read_text())
     return env.from_string((ROOT / "roles/base_os/templates/sources.list.j2").read_text()).render(
         base_os_mirror=url, base_os_mirror_key=key, base_os_mirror_keyring=key,
+        base_os_mirror_arm64=arm64_url, ansible_facts={"architecture": architecture},
         base_os_mirror_suite_list=ansible_eval(role_vars["base_os_mirror_suite_list"],
                                                base_os_mirror_suites=suites),
         base_os_mirror_components=components)
+
+
+def test_grace_nodes_read_the_ports_mirror_the_site_names_for_arm64(tmp_path):
+    """Ubuntu's arm64 packages are in its ports archive: an aarch64 node reads
+    software.mirror_arm64 where the site sets it, every other node software.mirror; a site
+    with both architectures and one mirror is warned."""
+    from provisioner.inventory.checks import check
+    main, ports = "http://10.0.0.5/ubuntu", "http://10.0.0.5/ubuntu-ports"
+    for arch, arm64_url, want in (("aarch64", ports, ports), ("x86_64", ports, main),
+                                  ("aarch64", "", main)):
+        line = _sources(main, "", ["noble"], "main", arm64_url=arm64_url,
+                        architecture=arch).splitlines()[1]
+        assert line == f"deb {want} noble main", (arch, arm64_url)
+    site = tmp_path / "gb200.yaml"
+    text = (FIXTURES / "sites/gb200.yaml").read_text()
+    site.write_text(text.replace("software:\n", f"software:\n  mirror: {main}\n", 1))
+    warned = [f for f in check(load(site)) if f.code == "mirror-one-architecture"]
+    assert [f.severity.value for f in warned] == ["warning"]
+    site.write_text(text.replace("software:\n", f"software:\n  mirror: {main}\n"
+                                 f"  mirror_arm64: {ports}\n", 1))
+    loaded = load(site)
+    assert not [f for f in check(loaded) if f.code == "mirror-one-architecture"]
+    group = yaml.safe_load((render.render(loaded, tmp_path / "out").out
+                            / "inventory/group_vars/all.yml").read_text())
+    assert group["base_os_mirror_arm64"] == ports
 
 
 def _role_pin(dgx_vars: dict[str, Any]) -> str:
