@@ -10,6 +10,7 @@ import typer
 from provisioner import render as render_mod
 from provisioner import results
 from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.errors import ConfigError
 from provisioner.inventory import load
 from provisioner.statedir import state_dir
 
@@ -25,10 +26,21 @@ def render(site: SiteArg = None,
            artifacts: Annotated[bool, typer.Option(
                "--artifacts", help="List every package, image and file the roles will "
                "fetch (to fill an air-gapped mirror) instead of rendering.")] = False,
+           bundle: Annotated[str | None, typer.Option(
+               "--bundle", help="With --artifacts: at this bundle's versions (what an "
+               "air-gapped mirror must hold before `upgrade apply --to BUNDLE`).")] = None,
            json_out: JsonOpt = False) -> None:
     """Render inventory, group_vars, host_vars, playbooks and roles for the site."""
     loaded = load(resolve_site(site))
     out_con = console(json_out)
+    if bundle is not None:
+        if not artifacts:
+            raise ConfigError("--bundle goes with --artifacts (`upgrade apply` renders "
+                              "the project at a bundle's versions itself)")
+        from provisioner.inventory.bundle_models import load_bundle
+        from provisioner.upgrade.plan import effective, site_at
+        loaded = site_at(loaded, effective(loaded, load_bundle(loaded.base_dir,
+                                                               bundle).bundle))
     if artifacts:
         items = render_mod.artifacts(loaded)
         if json_out:

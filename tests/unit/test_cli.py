@@ -107,3 +107,23 @@ def test_console_script_entry_point():
 
 def test_usage_error_exits_2():
     assert runner.invoke(app, ["power", "--basis", "bogus"]).exit_code == 2
+
+
+def test_render_artifacts_at_a_bundle_lists_what_the_upgrade_will_fetch():
+    """`render --artifacts --bundle 2026.11`: what an air-gapped mirror must hold before the
+    upgrade (2026.11 moves Kubernetes to 1.32.4, and with it the CNI release)."""
+    from provisioner import sources
+
+    def versions(*extra: str) -> dict[str, str]:
+        result = runner.invoke(app, ["render", str(EXAMPLE), "--artifacts", "--json", *extra])
+        assert result.exit_code == 0, result.output
+        return {a["name"]: a["version"] for a in json.loads(result.output)["artifacts"]}
+
+    now, then = versions(), versions("--bundle", "2026.11")
+    assert now["kubeadm"] == "1.31.4" and then["kubeadm"] == "1.32.4"
+    manifest = "calico CNI manifest (calico.yaml)"
+    assert (now[manifest], then[manifest]) == (sources.cni_release("calico", "1.31.4")[0],
+                                               sources.cni_release("calico", "1.32.4")[0])
+    assert now[manifest] != then[manifest]
+    refused = runner.invoke(app, ["render", str(EXAMPLE), "--bundle", "2026.11"])
+    assert refused.exit_code != 0 and "--bundle goes with --artifacts" in refused.output
