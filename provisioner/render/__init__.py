@@ -86,28 +86,21 @@ MIRROR_KEY_NAME = "site-mirror-key"  # in the rendered project's files/ (+ the k
 CA_NAME = "site-ca.crt"  # the site's CA certificate, in the rendered project's files/
 
 
-def mirror_key_source(loaded: LoadedSite) -> Path | None:
-    """software.mirror_key on the controller (relative to the site), or None."""
-    key = loaded.site.software.mirror_key
-    return None if not key else loaded.base_dir.resolve() / key
-
-
-def _site_files(loaded: LoadedSite) -> dict[str, Path]:
+def _site_files(loaded: LoadedSite) -> dict[str, tuple[str, Path]]:
     """The site's public files the project carries in files/ (a job sent to an execution
-    node carries them too): the mirror's key and the site's CA, by their name there."""
-    sw, out = loaded.site.software, {}
-    key = mirror_key_source(loaded)
-    if key is not None:
-        out[MIRROR_KEY_NAME + key.suffix] = key
+    node carries them too), by setting: their name there and their source on the
+    controller (relative to the site). The mirror's key keeps its suffix (.asc or .gpg)."""
+    sw, base = loaded.site.software, loaded.base_dir.resolve()
+    out: dict[str, tuple[str, Path]] = {}
+    if sw.mirror_key:
+        out["mirror_key"] = (MIRROR_KEY_NAME + Path(sw.mirror_key).suffix, base / sw.mirror_key)
     if sw.ca_certificate:
-        out[CA_NAME] = loaded.base_dir.resolve() / sw.ca_certificate
+        out["ca_certificate"] = (CA_NAME, base / sw.ca_certificate)
     return out
 
 
-def _check_ca(path: Path | None) -> None:
+def _check_ca(path: Path) -> None:
     """The CA goes to every node, readable by all: a certificate, never a private key."""
-    if path is None:
-        return
     text = path.read_bytes()[:1_000_000].decode("ascii", "replace")
     if "PRIVATE KEY-----" in text:
         raise RenderError(f"software.ca_certificate: {path} holds a private key, which "
@@ -120,6 +113,13 @@ def _check_ca(path: Path | None) -> None:
 
 def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
     site, sw = loaded.site, loaded.site.software
+    files = _site_files(loaded)
+    for setting, (_name, path) in files.items():
+        if not path.is_file():
+            raise RenderError(f"software.{setting}: {path} is not a file")
+    if "ca_certificate" in files:
+        _check_ca(files["ca_certificate"][1])
+    named = {setting: name for setting, (name, _path) in files.items()}
     drv = sw.nvidia_driver
     roce = sw.roce
     data: dict[str, Any] = {
@@ -134,11 +134,10 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
         **({"base_os_mirror_suites": list(sw.mirror_suites)} if sw.mirror_suites else {}),
         # the key travels inside the project (project/files/), so a job sent to an
         # execution node carries it too; the role copies it and names it in signed-by
-        "base_os_mirror_key": (MIRROR_KEY_NAME + Path(sw.mirror_key).suffix
-                               if sw.mirror_key else ""),
-        "base_os_ca_certificate": CA_NAME if sw.ca_certificate else "",
+        "base_os_mirror_key": named.get("mirror_key", ""),
+        "base_os_ca_certificate": named.get("ca_certificate", ""),
         # containerd reads hosts.toml's `ca` at each pull; its system store once, at start
-        "container_runtime_ca_certificate": CA_NAME if sw.ca_certificate else "",
+        "container_runtime_ca_certificate": named.get("ca_certificate", ""),
         "dcgm_diag_level": sw.dcgm.diag_level,
         "roce_host_interfaces": list(roce.interfaces),
         # the same contract renders the switch side (provisioner/roce.py, fabric/)
@@ -163,11 +162,6 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
         data |= {"kubernetes_version": k.version, "kubernetes_cni": k.cni,
                  "kubernetes_pod_cidr": str(k.pod_cidr),
                  "kubernetes_service_cidr": str(k.service_cidr)}
-    for setting, path in (("mirror_key", mirror_key_source(loaded)),
-                          ("ca_certificate", _site_files(loaded).get(CA_NAME))):
-        if path is not None and not path.is_file():
-            raise RenderError(f"software.{setting}: {path} is not a file")
-    _check_ca(_site_files(loaded).get(CA_NAME))
     data |= sources.site_vars(sw)
     data |= _kubernetes_vars(loaded)
     for key, value in data.items():
@@ -368,7 +362,7 @@ def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
     write("env/settings", _dump({"idle_timeout": 1800}))
     _copy_tree(PLAYBOOKS_DIR, out / "project", written)
     _copy_tree(ROLES_DIR, out / "project" / "roles", written)
-    for name, src in _site_files(loaded).items():  # checked by _group_vars; public, no secret
+    for name, src in _site_files(loaded).values():  # checked by _group_vars; public, no secret
         dest = out / "project" / "files" / name
         dest.parent.mkdir(exist_ok=True)
         shutil.copyfile(src, dest)
