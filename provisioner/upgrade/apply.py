@@ -220,8 +220,8 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
         # A selected node the store does not hold as ready or part-way (never brought up
         # from this store, in maintenance, failed in bring-up) is not upgraded: said, and
         # not started (exit 9), never a green run that upgraded nothing.
-        unknown = sorted(n.hostname for n in the_plan.nodes if n.changes
-                         and n.hostname not in todo and n.hostname not in not_upgrading)
+        changed = {n.hostname for n in the_plan.nodes if n.changes}
+        unknown = sorted(changed - set(todo) - not_upgrading)
         for h in unknown:
             notes.append(f"{h} is {journal.phase(h).value} in this state store, not ready: "
                          "not upgraded (bring it up with `provision up`, or give --state the "
@@ -252,9 +252,8 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
         try:
             outcome = roll(r, todo, stop)
             # a node `up` has not finished is not on the bundle either: not started (exit 9)
-            outcome = dataclasses.replace(outcome, not_started=outcome.not_started + sorted(
-                h for h in not_upgrading if any(n.hostname == h and n.changes
-                                                for n in the_plan.nodes)) + unknown)
+            outcome = dataclasses.replace(outcome, not_started=outcome.not_started
+                                          + sorted(not_upgrading & changed) + unknown)
             status = ("interrupted" if stop.is_set() else
                       "failed" if outcome.failed or outcome.not_started else "ok")
         finally:

@@ -293,7 +293,8 @@ def roll(r: Rolling, todo: Sequence[str], stop: threading.Event) -> RollingOutco
         j.note(None, "upgrade", "resumed", f"resuming {len(resumed)} node(s) left part-way "
                "by an earlier run: " + ", ".join(resumed))
         run_batch(r, resumed, stop)
-    fresh = [h for h in todo if h not in set(resumed) | set(held)]
+    taken = set(resumed) | set(held)
+    fresh = [h for h in todo if h not in taken]
     failed_early = sum(1 for h in resumed if j.phase(h) is Phase.FAILED)
     # only when the run goes on: kubeadm cannot take the cluster back
     if failed_early < r.max_failures and not stop.is_set() \
