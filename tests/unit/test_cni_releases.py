@@ -5,11 +5,12 @@ minor at a time, and the manifest applied server-side with a diff that tells the
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from provisioner import render, sources
 from provisioner.inventory import load
 from provisioner.inventory.checks import check
-from tests.conftest import ansible_eval, edited_example, holds, role_task
+from tests.conftest import ROOT, ansible_eval, edited_example, holds, role_task
 
 EXAMPLE_K8S = 'kubernetes: {version: "1.31.4", cni: calico, vip: 10.250.0.250}'
 
@@ -94,11 +95,21 @@ def test_cilium_is_upgraded_one_minor_at_a_time(deployed, target, ok):
 def test_the_cni_manifest_is_applied_server_side_only_when_kubectl_diff_finds_a_change():
     diff = role_task("kubernetes", "Compare the CNI manifest with the cluster")
     apply = role_task("kubernetes", "Install or upgrade the CNI from its manifest")
-    for task in (diff, apply):
-        argv = task["ansible.builtin.command"]["argv"]
+    role_vars = yaml.safe_load((ROOT / "roles/kubernetes/vars/main.yml").read_text())
+    manifest = "/etc/kubernetes/cni-calico-v3.30.7.yaml"
+    assert ansible_eval(role_vars["kubernetes_cni_manifest_file"],
+                        kubernetes_config_dir="/etc/kubernetes", kubernetes_cni="calico",
+                        kubernetes_cni_version="v3.30.7") == manifest
+    args = ansible_eval(role_vars["kubernetes_cni_apply_args"],
+                        kubernetes_cni_manifest_file=manifest)
+    argvs = [ansible_eval(task["ansible.builtin.command"]["argv"],
+                          kubernetes_config_dir="/etc/kubernetes",
+                          kubernetes_cni_apply_args=args) for task in (diff, apply)]
+    for argv in argvs:
         assert "--server-side" in argv and "--force-conflicts" in argv
         assert "--field-manager=provisioner" in argv  # the diff as the apply's manager
-    assert diff["ansible.builtin.command"]["argv"][3] == "diff"
+        assert argv[-2:] == ["-f", manifest]
+    assert argvs[0][3] == "diff" and argvs[1][3] == "apply"
     # exit 1: differences; above 1: an error, such as flannel's namespace not there yet
     # for a server-side diff (kubernetes#114141): the apply runs and says what is wrong
     assert diff["changed_when"] is False and diff["failed_when"] is False
