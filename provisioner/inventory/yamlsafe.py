@@ -73,6 +73,13 @@ class Lines:
         return line + 1, mark.index - self.starts[line] + 1
 
 
+def _too_deep(display: str, line: int, col: int) -> InventoryError:
+    """One finding for nesting past MAX_DEPTH, whether our guard or libyaml's scanner (which
+    stops at 1,000 levels from PyYAML 6.0.4, before the parser hands out an event) sees it."""
+    return fail(display, line, col, f"the document is nested too deeply (more than "
+                f"{MAX_DEPTH} levels)", "flatten the structure", code="yaml-too-deep")
+
+
 def _decode(raw: bytes) -> str | None:
     try:
         if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
@@ -115,10 +122,7 @@ def _guard(raw: bytes, display: str, lines: Lines, budget: int) -> int:
                 done += anchors.get(ev.anchor, 1)
             elif kind in starts:
                 if len(opened) >= MAX_DEPTH:
-                    line, col = lines.position(ev.start_mark)
-                    raise fail(display, line, col,
-                               f"the document is nested too deeply (more than {MAX_DEPTH} "
-                               "levels)", "flatten the structure", code="yaml-too-deep")
+                    raise _too_deep(display, *lines.position(ev.start_mark))
                 opened.append((done, ev.anchor))
                 if ev.anchor:
                     open_anchors.add(ev.anchor)
@@ -165,6 +169,8 @@ def parse(raw: bytes, display: str, budget: int = MAX_EXPANDED_NODES
         mark = exc.problem_mark or exc.context_mark
         line, col = lines.position(mark)
         problem = exc.problem or exc.context or "invalid YAML"
+        if "maximum nesting depth" in problem:  # libyaml 0.2.6's own limit (PyYAML 6.0.4)
+            raise _too_deep(display, line, col) from None
         raise fail(display, line, col, f"YAML syntax error: {problem}",
                    "fix the YAML at this position (indentation, quoting, ':' after keys)",
                    code="yaml-syntax") from None
@@ -173,8 +179,7 @@ def parse(raw: bytes, display: str, budget: int = MAX_EXPANDED_NODES
         raise fail(display, 1, 1, f"not a YAML text file: {text}",
                    "save the inventory as UTF-8 YAML", code="yaml-syntax") from None
     except RecursionError:  # pragma: no cover - MAX_DEPTH keeps the constructor shallow
-        raise fail(display, 1, 1, "the document is nested too deeply",
-                   "flatten the structure", code="yaml-too-deep") from None
+        raise _too_deep(display, 1, 1) from None
     finally:
         if loader is not None:
             loader.dispose()
