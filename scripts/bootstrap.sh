@@ -41,11 +41,24 @@ fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 stamp=".venv/.provisioner-installed"
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+# constraints.txt holds the versions CI last passed with, so a release made since (PyYAML
+# 6.0.4 brought libyaml's own nesting limit) cannot change what CI tests. --refresh-constraints
+# resolves pyproject.toml's ranges anew and rewrites it: run the tests before committing it.
+constraints=(-c constraints.txt)
+if [ "${1:-}" = "--refresh-constraints" ]; then
+  constraints=(--upgrade --upgrade-strategy eager); rm -f "$stamp"
+fi
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "bootstrap: installing Python packages into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e ".[test]"
+  .venv/bin/python -m pip install -q "${constraints[@]}" -e ".[test]"
+  if [ "${1:-}" = "--refresh-constraints" ]; then
+    { sed -n '/^#/p' constraints.txt
+      .venv/bin/python -m pip freeze --exclude-editable | grep -v '^fake-switches=='
+    } > constraints.txt.new && mv constraints.txt.new constraints.txt
+    want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+  fi
   # The SSH switch simulator for the fabric tests. --no-deps: fake-switches 1.5.0 pins
   # Twisted<17, which does not build on Python 3.11; its run-time deps are in the test extra.
   .venv/bin/python -m pip install -q --no-deps "fake-switches==1.5.0"
