@@ -78,9 +78,9 @@ def test_a_boot_killed_before_its_commit_is_redone_for_a_node_not_yet_installed(
     store = StateStore(up_mod.state_path(load(site_copy)))
     assert {n.hostname: n.phase for n in store.nodes()}["dgx01"] is Phase.INSPECTED
     # The next run: dgx01 is on, running its installer (no login with the site's key yet),
-    # so the guard lets the boot step run again: PXE once, off, on.
+    # so the guard lets the boot step run again: off, PXE once, on.
     result, _ = run_up(site_copy)
-    assert FakeDriver.calls["dgx01"] == ["boot pxe once", "power off", "power on"]
+    assert FakeDriver.calls["dgx01"] == ["power off", "boot pxe once", "power on"]
     boots = [e for e in store.events("dgx01") if e.to_phase == "booting"]
     assert len(boots) == 1  # committed once, by the run that finished it
     assert boots[0].detail["was"] == "on" and boots[0].detail["installed_check"] == "silent"

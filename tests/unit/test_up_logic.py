@@ -394,7 +394,7 @@ def test_reinstall_names_the_installed_node_and_it_boots(example_copy, monkeypat
 
     monkeypatch.setattr(guard, "check_installed", reinstalled)
     result, _ = run_up(example_copy, reinstall="dgx0*,!dgx02")
-    assert FakeDriver.calls["dgx01"] == ["facts", "boot pxe once", "power off", "power on"]
+    assert FakeDriver.calls["dgx01"] == ["facts", "power off", "boot pxe once", "power on"]
     assert FakeDriver.calls["dgx02"] == ["facts"]
     store = StateStore(result.state_path)
     boot = next(e for e in store.events("dgx01") if e.to_phase == "booting")
@@ -493,7 +493,7 @@ def test_up_refuses_a_ready_kubernetes_node_without_its_marker(example_copy, mon
     assert by["dgx01"].failed_phase is Phase.INSPECTED and by["dgx01"].reason is not None
     assert "a Kubernetes node: the cluster (asked on cp01) has node dgx01, Ready=True" in (
         by["dgx01"].reason)
-    assert FakeDriver.calls["dgx02"] == ["facts", "boot pxe once", "power off", "power on"]
+    assert FakeDriver.calls["dgx02"] == ["facts", "power off", "boot pxe once", "power on"]
     boot = next(e for e in StateStore(result.state_path).events("dgx02")
                 if e.to_phase == "booting")
     assert boot.detail["cluster"] == "absent"

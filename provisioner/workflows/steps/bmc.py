@@ -182,9 +182,12 @@ class Boot:
                 raise StepFailed("boot: virtual_media but provisioning.iso_url is not set")
             driver.insert_virtual_media(prov.iso_url)
             device = BootDevice.CD
-        setting = driver.set_boot_device(device, persistent=False)
         if was is not PowerState.OFF:  # a running node boots its installer only from off
             driver.set_power(PowerAction.OFF, self.power_timeout_s)
+        # Set from off, right before the power-on: an IPMI BMC clears the boot flags when no
+        # chassis control follows within 60 s (IPMI 2.0 §28.12, Boot Options parameter 5),
+        # which a slow power-off would otherwise outlast.
+        setting = driver.set_boot_device(device, persistent=False)
         driver.set_power(PowerAction.ON, self.power_timeout_s)
         return {"boot": method, "device": setting.device.value, "verified": setting.verified,
                 "was": was.value, "power": "on", **found}
