@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from provisioner.bmc.retry import poll_until
-from provisioner.errors import BmcTimeout
+from provisioner.errors import BmcError, BmcRefused, BmcTimeout, BmcUnreachable
 from provisioner.inventory.models import Tls
 from provisioner.secrets import Secret
 
@@ -30,8 +30,8 @@ class PowerAction(StrEnum):
     ON = "on"
     OFF = "off"  # hard off
     SOFT_OFF = "soft_off"  # ACPI shutdown
-    CYCLE = "cycle"  # off then on (on if it was off)
-    RESET = "reset"  # warm reset
+    CYCLE = "cycle"  # off, seen off, then on (on if it was off): see power_cycle
+    RESET = "reset"  # warm reset: the state stays on, so it cannot be checked by polling
 
 
 # Which steady state each action must end in.
@@ -133,12 +133,19 @@ def request_power(send: Callable[[], object], read: Callable[[], PowerState],
     """Send a power request and wait until the BMC reports `target`.
 
     A BMC can accept a request and never act on it ("lies"): the request is sent again after
-    half the time, and the node fails with a timeout after all of it.
+    half the time, and the node fails with a timeout after all of it. A power request is
+    not idempotent (a second reset undoes the one-time boot the first one used), so one
+    that timed out or lost its connection, which the BMC may have carried out, is not sent
+    again at once: the state read back decides.
     """
     start = time.monotonic()
     last = PowerState.UNKNOWN
     for attempt in range(2):
-        send()
+        try:
+            send()
+        except (BmcTimeout, BmcUnreachable) as exc:
+            if not exc.transient:
+                raise
         until = start + timeout_s / 2 if attempt == 0 else start + timeout_s
         last = poll_until(read, lambda state: state is target, until, interval_s=interval_s,
                           max_interval_s=max_interval_s, sleep=sleep)
@@ -146,6 +153,22 @@ def request_power(send: Callable[[], object], read: Callable[[], PowerState],
             return last
     raise BmcTimeout(f"{node}: asked for power {target.value} ({what}) twice; the BMC still "
                      f"reports {last.value} after {timeout_s:g} s")
+
+
+def answered(exc: BmcError) -> bool:
+    """Whether the BMC answered a request with a refusal (409, 5xx): it did not act, so the
+    request may be sent again. Timeouts and lost connections may follow an action."""
+    return isinstance(exc, BmcRefused)
+
+
+def power_cycle(set_power: Callable[[PowerAction, float], PowerState],
+                timeout_s: float) -> PowerState:
+    """A cycle as off, seen off, then on, seen on. A PowerCycle or ForceRestart request
+    leaves the reported state on before and after, so polling could not tell a BMC that
+    acted from one that accepted the request and did nothing."""
+    deadline = time.monotonic() + timeout_s
+    set_power(PowerAction.OFF, timeout_s / 2)
+    return set_power(PowerAction.ON, max(1.0, deadline - time.monotonic()))
 
 
 @runtime_checkable

@@ -25,6 +25,8 @@ from provisioner.bmc.base import (
     HardwareFacts,
     PowerAction,
     PowerState,
+    answered,
+    power_cycle,
     request_power,
 )
 from provisioner.bmc.retry import RetryPolicy, retry
@@ -47,7 +49,6 @@ POWER_ACTION_TO_IPMI = {
     PowerAction.SOFT_OFF: "shutdown",
     PowerAction.RESET: "reset",
 }
-CHASSIS_CONTROL_POWER_CYCLE = 0x02  # IPMI 2.0 chassis control, data byte 0
 BOOT_TO_IPMI = {
     BootDevice.PXE: "network",
     BootDevice.DISK: "hd",
@@ -124,8 +125,9 @@ class IpmiDriver:
         if cmd is not None:
             self._logout(cmd)
 
-    def _retry(self, fn: Callable[[], T]) -> T:
-        return retry(lambda: self._call(fn), self.retry_policy, sleep=self._sleep)
+    def _retry(self, fn: Callable[[], T],
+               only: Callable[[BmcError], bool] | None = None) -> T:
+        return retry(lambda: self._call(fn), self.retry_policy, sleep=self._sleep, only=only)
 
     def _connect(self) -> Any:
         if self._cmd is not None:
@@ -177,26 +179,22 @@ class IpmiDriver:
         return POWER_FROM_IPMI.get(str(raw.get("powerstate")), PowerState.UNKNOWN)
 
     def set_power(self, action: PowerAction, timeout_s: float) -> PowerState:
+        if action is PowerAction.CYCLE:
+            return power_cycle(self.set_power, timeout_s)
         start = time.monotonic()
         deadline = start + timeout_s
         current = self.get_power_state()
         target = ACTION_TARGET[action]
         if action in (PowerAction.ON, PowerAction.OFF, PowerAction.SOFT_OFF) and current is target:
             return current
-        if action is PowerAction.CYCLE and current is PowerState.OFF:
-            action = PowerAction.ON
 
         def send() -> Any:
-            cmd = self._connect()
-            if action is PowerAction.CYCLE:
-                rsp = cmd.raw_command(netfn=0, command=2, data=(CHASSIS_CONTROL_POWER_CYCLE,))
-                if "error" in rsp:
-                    raise pyghmi_exc.IpmiException(rsp["error"])
-                return rsp
-            return cmd.set_power(POWER_ACTION_TO_IPMI[action], wait=False)
+            cmd = self._retry(self._connect)  # a login may be retried: nothing was sent yet
+            return self._retry(lambda: cmd.set_power(POWER_ACTION_TO_IPMI[action], wait=False),
+                               only=answered)
 
         remaining = max(1.0, deadline - time.monotonic())
-        return request_power(lambda: self._retry(send), self.get_power_state, target,
+        return request_power(send, self.get_power_state, target,
                              remaining, node=self.target.node, what=action.value,
                              interval_s=self.poll_interval_s, max_interval_s=3.0,
                              sleep=self._sleep)

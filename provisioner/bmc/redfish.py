@@ -29,6 +29,8 @@ from provisioner.bmc.base import (
     PowerAction,
     PowerState,
     PsuFact,
+    answered,
+    power_cycle,
     request_power,
 )
 from provisioner.bmc.quirks import Quirks, quirks_for
@@ -50,7 +52,7 @@ from provisioner.bmc.redfish_map import (
     reset_target,
 )
 from provisioner.bmc.retry import RetryPolicy, retry
-from provisioner.errors import BmcRefused, BmcUnsupported
+from provisioner.errors import BmcError, BmcRefused, BmcUnsupported
 
 T = TypeVar("T")
 
@@ -118,9 +120,10 @@ class RedfishDriver:
                              "no Content-Type")
 
     def _retry(self, fn: Callable[[], T], deadline: float | None = None,
-               policy: RetryPolicy | None = None) -> T:
+               policy: RetryPolicy | None = None,
+               only: Callable[[BmcError], bool] | None = None) -> T:
         return retry(lambda: self._call(fn), policy or self.retry_policy, sleep=self._sleep,
-                     deadline=deadline)
+                     deadline=deadline, only=only)
 
     def _get(self, path: str) -> JSON:
         conn = self._connect()
@@ -178,6 +181,8 @@ class RedfishDriver:
         return power_state(self._system(fresh=True))
 
     def set_power(self, action: PowerAction, timeout_s: float) -> PowerState:
+        if action is PowerAction.CYCLE:
+            return power_cycle(self.set_power, timeout_s)
         start = time.monotonic()
         deadline = start + timeout_s
         system = self._system()
@@ -186,8 +191,6 @@ class RedfishDriver:
         target = ACTION_TARGET[action]
         if action in (PowerAction.ON, PowerAction.OFF, PowerAction.SOFT_OFF) and current is target:
             return current
-        if action is PowerAction.CYCLE and current is PowerState.OFF:
-            action = PowerAction.ON
         reset = choose_reset_type(action, allowed_reset_types(system))
         path = reset_target(system) or f"{self._system_uri()}/Actions/ComputerSystem.Reset"
         conn = self._connect()
@@ -196,8 +199,9 @@ class RedfishDriver:
             policy = RetryPolicy(policy.attempts + quirks.power_on_conflict_retries,
                                  policy.base_delay_s, policy.max_delay_s)
         def send() -> None:
-            self._retry(lambda: conn.post(path, data={"ResetType": reset}), deadline, policy)
             self._snapshot = None
+            self._retry(lambda: conn.post(path, data={"ResetType": reset}), deadline, policy,
+                        only=answered)
 
         remaining = max(1.0, deadline - time.monotonic())
         return request_power(send, self.get_power_state, target, remaining,

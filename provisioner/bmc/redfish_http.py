@@ -65,7 +65,11 @@ def open_connection(target: BmcTarget, base_url: str, verify: bool | str,
     library's exceptions onto BmcError).
     """
     t = target
-    conn = Connector(base_url, verify=verify,
+    # One attempt per request at this level: sushy's Connector tries a request up to
+    # `server_side_retries or 3` times on a timeout or lost connection, whatever the method
+    # (sushy/connector.py `_op`), so a reset the BMC carried out but answered late was sent
+    # again. The driver retries itself, and never a power request it may have sent.
+    conn = Connector(base_url, verify=verify, server_side_retries=1,
                      default_request_timeout=t.request_timeout_s,
                      connect_timeout=t.request_timeout_s)
     # No proxy, .netrc or CA bundle from the environment: a controller's HTTPS_PROXY (set

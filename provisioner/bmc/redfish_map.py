@@ -42,7 +42,6 @@ RESET_TYPES: dict[PowerAction, tuple[str, ...]] = {
     PowerAction.ON: ("On", "ForceOn", "PushPowerButton"),
     PowerAction.OFF: ("ForceOff", "PushPowerButton"),
     PowerAction.SOFT_OFF: ("GracefulShutdown",),
-    PowerAction.CYCLE: ("PowerCycle", "ForceRestart", "GracefulRestart"),
     PowerAction.RESET: ("ForceRestart", "GracefulRestart", "PowerCycle"),
 }
 

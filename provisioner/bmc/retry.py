@@ -29,18 +29,20 @@ class RetryPolicy:
 def retry(fn: Callable[[], T], policy: RetryPolicy, *,
           sleep: Callable[[float], None] = time.sleep,
           deadline: float | None = None,
-          on_retry: Callable[[int, BmcError], None] | None = None) -> T:
+          on_retry: Callable[[int, BmcError], None] | None = None,
+          only: Callable[[BmcError], bool] | None = None) -> T:
     """Call fn; on a transient BmcError wait and try again, at most policy.attempts times.
 
-    Non-transient errors (auth, unsupported, 4xx other than 409) are raised at once. A
-    `deadline` (time.monotonic() value) stops retrying when the next wait would pass it.
+    Non-transient errors (auth, unsupported, 4xx other than 409) are raised at once, and so
+    are those `only` turns down (a request that is not safe to send twice). A `deadline`
+    (time.monotonic() value) stops retrying when the next wait would pass it.
     """
     for attempt in range(policy.attempts):
         try:
             return fn()
         except BmcError as exc:
             last = attempt == policy.attempts - 1
-            if not exc.transient or last:
+            if not exc.transient or last or (only is not None and not only(exc)):
                 raise
             wait = policy.delay_s(attempt)
             if deadline is not None and time.monotonic() + wait > deadline:

@@ -4,15 +4,18 @@ real driver (sushy's connector and requests underneath)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from provisioner import bmc
-from provisioner.bmc.base import BmcTarget
+from provisioner.bmc.base import BmcTarget, PowerAction, PowerState
 from provisioner.bmc.redfish import RedfishDriver
 from provisioner.bmc.retry import RetryPolicy
 from provisioner.errors import BmcError, BmcProtocolError, BmcRefused
@@ -95,3 +98,78 @@ def test_html_500_is_refused_with_its_status(garbage_bmc):
         _driver(garbage_bmc).get_power_state()
     assert isinstance(exc.value, BmcRefused) and exc.value.status == 500
     assert "HTTP 500" in str(exc.value) and "cannot connect" not in str(exc.value)
+
+
+class _SlowResetBmc(BaseHTTPRequestHandler):
+    """One Redfish system whose reset is carried out at once but answered only after
+    `answer_after_s` (longer than the driver's request timeout): a BMC busy in its reset."""
+
+    state: dict[str, object]
+    answer_after_s = 2.0
+
+    def _json(self, status: int, body: dict[str, object]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._json(200, {
+            "@odata.id": "/redfish/v1/Systems/1", "Id": "1",
+            "PowerState": self.state["power"],
+            "Actions": {"#ComputerSystem.Reset": {
+                "target": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
+                "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "ForceRestart"]}}})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        posts = self.state["posts"]
+        assert isinstance(posts, list)
+        posts.append(body["ResetType"])
+        self.state["power"] = "Off" if body["ResetType"] == "ForceOff" else "On"
+        time.sleep(self.answer_after_s)
+        with contextlib.suppress(OSError):  # the driver may have hung up by now
+            self._json(200, {})
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def slow_reset_bmc() -> Iterator[tuple[BmcTarget, dict[str, object]]]:
+    state: dict[str, object] = {"power": "Off", "posts": []}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_SlowResetBmc,), {"state": state}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield BmcTarget(node="n01", protocol="redfish", address="127.0.0.1",
+                        port=server.server_address[1], username="admin",
+                        password=Secret("pw"), system_id="1", scheme="http",
+                        request_timeout_s=0.5), state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_reset_answered_late_is_sent_once_and_its_state_read_back(slow_reset_bmc):
+    """The BMC powers on at once and answers after the request timed out. The request is
+    not sent again (a second reset would undo the one-time boot the first one used): the
+    state read back shows it was done. sushy's connector alone sent it three times."""
+    target, state = slow_reset_bmc
+    driver = bmc.make_driver(target)
+    assert isinstance(driver, RedfishDriver)
+    driver.poll_interval_s = 0.05
+    assert driver.set_power(PowerAction.ON, timeout_s=20) is PowerState.ON
+    assert state["posts"] == ["On"]
+
+
+def test_a_cycle_is_off_seen_off_then_on(slow_reset_bmc):
+    """PowerCycle/ForceRestart would leave the reported state On throughout: a BMC that
+    ignored it could not be told apart. The cycle is ForceOff, read Off, then On."""
+    target, state = slow_reset_bmc
+    state["power"] = "On"
+    driver = bmc.make_driver(target)
+    driver.poll_interval_s = 0.05
+    assert driver.set_power(PowerAction.CYCLE, timeout_s=20) is PowerState.ON
+    assert state["posts"] == ["ForceOff", "On"]

@@ -243,3 +243,57 @@ def test_no_dataclass_holding_the_environment_prints_it():
         assert next(f for f in fields(cls) if f.name == "env").repr is False, cls
     resolver = CredentialResolver(loaded=None, env={"PROVISION_BMC_PASSWORD": "s3cret"})
     assert "s3cret" not in repr(resolver)
+
+
+def test_a_power_request_that_timed_out_is_not_sent_again_at_once():
+    """It may have been carried out: the state read back decides; only after half the time
+    with the state still wrong is it sent again."""
+    from provisioner.bmc.base import PowerState, request_power
+
+    sent: list[int] = []
+
+    def send() -> None:
+        sent.append(1)
+        raise BmcTimeout("n1: no answer in time")
+
+    got = request_power(send, lambda: PowerState.ON, PowerState.ON, 30, node="n1", what="On",
+                        interval_s=0.01, max_interval_s=0.02, sleep=lambda s: None)
+    assert got is PowerState.ON and sent == [1]
+
+
+def test_only_answered_refusals_are_retried_when_a_request_is_not_idempotent():
+    from provisioner.bmc.base import answered
+
+    calls: list[int] = []
+
+    def busy_then_ok() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise BmcRefused("n1: BMC answered HTTP 503", status=503)
+        return "ok"
+
+    assert retry(busy_then_ok, RetryPolicy(attempts=4), sleep=lambda s: None,
+                 only=answered) == "ok" and len(calls) == 3
+    calls.clear()
+
+    def timeout() -> str:
+        calls.append(1)
+        raise BmcTimeout("n1: no answer in time")
+
+    with pytest.raises(BmcTimeout):
+        retry(timeout, RetryPolicy(attempts=4), sleep=lambda s: None, only=answered)
+    assert len(calls) == 1
+
+
+def test_a_cycle_is_off_then_on_with_the_time_shared():
+    from provisioner.bmc.base import PowerAction, PowerState, power_cycle
+
+    asked: list[tuple[PowerAction, float]] = []
+
+    def set_power(action: PowerAction, timeout_s: float) -> PowerState:
+        asked.append((action, timeout_s))
+        return PowerState.ON if action is PowerAction.ON else PowerState.OFF
+
+    assert power_cycle(set_power, 100) is PowerState.ON
+    assert [a for a, _ in asked] == [PowerAction.OFF, PowerAction.ON]
+    assert asked[0][1] == 50 and 49 < asked[1][1] <= 100

@@ -33,11 +33,10 @@ def test_power_state(name, state):
 
 def test_reset_type_choice_follows_allowable_values():
     dell, hpe, smc = fx("dell_system.json"), fx("hpe_system.json"), fx("supermicro_system.json")
-    assert redfish.choose_reset_type(PowerAction.CYCLE, redfish.allowed_reset_types(dell)) \
-        == "PowerCycle"
-    # HPE and Supermicro list no PowerCycle: fall back to ForceRestart
-    assert redfish.choose_reset_type(PowerAction.CYCLE, redfish.allowed_reset_types(hpe)) \
+    assert redfish.choose_reset_type(PowerAction.RESET, redfish.allowed_reset_types(dell)) \
         == "ForceRestart"
+    assert redfish.choose_reset_type(PowerAction.OFF, redfish.allowed_reset_types(hpe)) \
+        == "ForceOff"
     assert redfish.choose_reset_type(PowerAction.ON, redfish.allowed_reset_types(smc)) == "On"
     assert redfish.reset_target(dell).endswith("/System.Embedded.1/Actions/ComputerSystem.Reset")
     with pytest.raises(BmcUnsupported, match="allows only"):
