@@ -16,9 +16,15 @@ from provisioner.inventory.compat import version_tuple
 class Quirks:
     """What a driver must do differently. Defaults are plain DMTF Redfish behaviour."""
 
-    # Send BootSourceOverrideMode in the boot PATCH. Some BMCs revert without it; others
+    # Send BootSourceOverrideMode in the boot PATCH when it differs from the BMC's. Others
     # reject the field outright.
     send_boot_mode: bool = True
+    # Send it in every boot PATCH, even when it is already the one asked: some BMCs revert
+    # without it. Not the default: iDRAC queues a BIOS job (an extra reboot) for each Mode
+    # written, changed or not (ironcore-dev/metal-operator #81).
+    boot_mode_every_patch: bool = False
+    # The boot target for virtual media where the BMC allows it ("Cd" otherwise).
+    cd_boot_target: str = "Cd"
     # How many times to PATCH the boot override when the read-back shows it did not take.
     boot_patch_attempts: int = 2
     # Whether the BMC reports BootSourceOverrideEnabled truthfully (Once vs Continuous).
@@ -31,8 +37,6 @@ class Quirks:
     default_system_id: str | None = None
     # Mount virtual media by PATCHing the VirtualMedia resource instead of InsertMedia.
     virtual_media_via_patch: bool = False
-    # A UEFI one-time boot creates a job and acts as one-time even without "Once".
-    boot_override_creates_job: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,10 +70,13 @@ def _numeric(firmware: str) -> str:
 QUIRKS: tuple[QuirkRow, ...] = (
     QuirkRow(
         vendor=r"supermicro",
-        changes={"send_boot_mode": True, "boot_patch_attempts": 3},
+        changes={"boot_mode_every_patch": True, "boot_patch_attempts": 3,
+                 "cd_boot_target": "UsbCd"},
         evidence="DMTF/Redfishtool PR #106 (Mode needed on every boot PATCH, else it reverts); "
                  "bmc-toolbox/bmclib PR #459 (AS-1015CS: PATCH Pxe/Once/UEFI answered 200, "
-                 "then silently reverted to Legacy/Disabled: verify by re-GET)",
+                 "then silently reverted to Legacy/Disabled: verify by re-GET); sushy "
+                 "resources/system/system.py (X11/X12 boot virtual media only as UsbCd, 'Cd' "
+                 "fails even with the media inserted)",
     ),
     QuirkRow(
         vendor=r"^hpe?$|hewlett",
@@ -80,11 +87,9 @@ QUIRKS: tuple[QuirkRow, ...] = (
     ),
     QuirkRow(
         vendor=r"dell",
-        changes={"power_on_conflict_retries": 4, "default_system_id": "System.Embedded.1",
-                 "boot_override_creates_job": True},
+        changes={"power_on_conflict_retries": 4, "default_system_id": "System.Embedded.1"},
         evidence="iDRAC answers 409 to a power-on while a job runs (retry); system id "
-                 "System.Embedded.1; community.general #5091 (13G: UEFI one-time boot creates a "
-                 "Lifecycle Controller job and acts as one-time even without Once)",
+                 "System.Embedded.1",
     ),
     QuirkRow(
         vendor=r"lenovo",

@@ -132,7 +132,11 @@ class RedfishDriver:
     def _get_with_etag(self, path: str) -> tuple[JSON, str | None]:
         conn = self._connect()
         resp = self._retry(lambda: conn.get(path))
-        return json_body(self.target.node, resp), resp.headers.get("ETag")
+        body = json_body(self.target.node, resp)
+        # Some BMCs give the ETag only in the body and answer a PATCH without If-Match with
+        # 428 (ansible/ansible PR #56150, Lenovo; NVIDIA libredfish reads it there for DGX).
+        etag = resp.headers.get("ETag") or body.get("@odata.etag")
+        return body, str(etag) if etag else None
 
     def _system_uri(self) -> str:
         if self._system_path:
@@ -219,9 +223,9 @@ class RedfishDriver:
         path = self._system_uri()
         system, etag = self._get_with_etag(path)
         quirks = self.quirks(system)
-        body = boot_patch_body(device, persistent, mode, quirks)
-        allowed = (system.get("Boot") or {}).get(
-            "BootSourceOverrideTarget@Redfish.AllowableValues")
+        now = system.get("Boot") or {}
+        body = boot_patch_body(device, persistent, mode, quirks, now)
+        allowed = now.get("BootSourceOverrideTarget@Redfish.AllowableValues")
         wanted = body["Boot"]["BootSourceOverrideTarget"]
         if isinstance(allowed, list) and allowed and wanted not in allowed \
                 and device is not BootDevice.NONE:

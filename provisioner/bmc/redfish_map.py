@@ -103,15 +103,26 @@ def boot_setting(system: JSON) -> BootSetting:
 
 
 def boot_patch_body(device: BootDevice, persistent: bool, mode: BootMode,
-                    quirks: Quirks) -> JSON:
+                    quirks: Quirks, now: JSON) -> JSON:
+    """The boot override PATCH, given the system's `Boot` object as the BMC has it now. Mode
+    goes in only where the BMC has the property and it differs (or a quirk says always):
+    iDRAC queues a BIOS job, an extra reboot, for every Mode written (metal-operator #81)."""
+    allowed = now.get("BootSourceOverrideTarget@Redfish.AllowableValues")
+    target = BOOT_TARGET_TO_REDFISH[device]
+    if device is BootDevice.CD and (not isinstance(allowed, list)
+                                    or quirks.cd_boot_target in allowed):
+        target = quirks.cd_boot_target
     boot: JSON = {
-        "BootSourceOverrideTarget": BOOT_TARGET_TO_REDFISH[device],
+        "BootSourceOverrideTarget": target,
         "BootSourceOverrideEnabled": "Continuous" if persistent else "Once",
     }
     if device is BootDevice.NONE:
         boot["BootSourceOverrideEnabled"] = "Disabled"
-    if quirks.send_boot_mode:
-        boot["BootSourceOverrideMode"] = BOOT_MODE_TO_REDFISH[mode]
+    wanted = BOOT_MODE_TO_REDFISH[mode]
+    has_mode = "BootSourceOverrideMode" in now
+    if quirks.send_boot_mode and (quirks.boot_mode_every_patch or (
+            has_mode and now["BootSourceOverrideMode"] != wanted)):
+        boot["BootSourceOverrideMode"] = wanted
     return {"Boot": boot}
 
 

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from provisioner import bmc
-from provisioner.bmc.base import BmcTarget, PowerAction, PowerState
+from provisioner.bmc.base import BmcTarget, BootDevice, PowerAction, PowerState
 from provisioner.bmc.redfish import RedfishDriver
 from provisioner.bmc.retry import RetryPolicy
 from provisioner.errors import BmcError, BmcProtocolError, BmcRefused
@@ -102,7 +102,8 @@ def test_html_500_is_refused_with_its_status(garbage_bmc):
 
 class _SlowResetBmc(BaseHTTPRequestHandler):
     """One Redfish system whose reset is carried out at once but answered only after
-    `answer_after_s` (longer than the driver's request timeout): a BMC busy in its reset."""
+    `answer_after_s` (longer than the driver's request timeout): a BMC busy in its reset.
+    Its ETag is in the body only, and a PATCH needs it as If-Match."""
 
     state: dict[str, object]
     answer_after_s = 2.0
@@ -117,8 +118,8 @@ class _SlowResetBmc(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._json(200, {
-            "@odata.id": "/redfish/v1/Systems/1", "Id": "1",
-            "PowerState": self.state["power"],
+            "@odata.id": "/redfish/v1/Systems/1", "Id": "1", "@odata.etag": ETAG,
+            "PowerState": self.state["power"], "Boot": self.state["boot"],
             "Actions": {"#ComputerSystem.Reset": {
                 "target": "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",
                 "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "ForceRestart"]}}})
@@ -133,13 +134,29 @@ class _SlowResetBmc(BaseHTTPRequestHandler):
         with contextlib.suppress(OSError):  # the driver may have hung up by now
             self._json(200, {})
 
+    def do_PATCH(self) -> None:
+        """As a BMC that puts its ETag only in the body and requires If-Match (428)."""
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        if self.headers.get("If-Match") != ETAG:
+            self._json(428, {"error": {"message": "If-Match required"}})
+            return
+        boot = self.state["boot"]
+        assert isinstance(boot, dict)
+        boot.update(body["Boot"])
+        self._json(200, {})
+
     def log_message(self, *args: object) -> None:
         pass
 
 
+ETAG = 'W/"1700000000"'
+
+
 @pytest.fixture
 def slow_reset_bmc() -> Iterator[tuple[BmcTarget, dict[str, object]]]:
-    state: dict[str, object] = {"power": "Off", "posts": []}
+    state: dict[str, object] = {"power": "Off", "posts": [], "boot": {
+        "BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "None",
+        "BootSourceOverrideMode": "UEFI"}}
     server = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_SlowResetBmc,), {"state": state}))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -173,3 +190,14 @@ def test_a_cycle_is_off_seen_off_then_on(slow_reset_bmc):
     driver.poll_interval_s = 0.05
     assert driver.set_power(PowerAction.CYCLE, timeout_s=20) is PowerState.ON
     assert state["posts"] == ["ForceOff", "On"]
+
+
+def test_an_etag_given_only_in_the_body_is_sent_as_if_match(slow_reset_bmc):
+    """Lenovo XCC and NVIDIA's DGX BMC give `@odata.etag` in the body and no ETag header;
+    a boot PATCH without If-Match is answered 428 there."""
+    target, state = slow_reset_bmc
+    got = bmc.make_driver(target).set_boot_device(BootDevice.PXE)
+    assert got.device is BootDevice.PXE and got.verified
+    assert state["boot"] == {"BootSourceOverrideEnabled": "Once",
+                             "BootSourceOverrideTarget": "Pxe",
+                             "BootSourceOverrideMode": "UEFI"}

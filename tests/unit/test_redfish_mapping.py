@@ -82,21 +82,54 @@ def test_firmware_condition():
     assert not row.matches("Lenovo", "SR630 V2", "unknown")
 
 
+UEFI_NOW = {"BootSourceOverrideMode": "UEFI"}
+
+
 def test_boot_patch_body_per_vendor():
-    smc = redfish.boot_patch_body(BootDevice.PXE, False, BootMode.UEFI, quirks_for("Supermicro"))
+    smc = redfish.boot_patch_body(BootDevice.PXE, False, BootMode.UEFI, quirks_for("Supermicro"),
+                                  UEFI_NOW)
     assert smc == {"Boot": {"BootSourceOverrideTarget": "Pxe",
                             "BootSourceOverrideEnabled": "Once",
-                            "BootSourceOverrideMode": "UEFI"}}
-    hpe = redfish.boot_patch_body(BootDevice.PXE, False, BootMode.UEFI, quirks_for("HPE"))
+                            "BootSourceOverrideMode": "UEFI"}}  # every time: else it reverts
+    hpe = redfish.boot_patch_body(BootDevice.PXE, False, BootMode.UEFI, quirks_for("HPE"),
+                                  {"BootSourceOverrideMode": "Legacy"})
     assert "BootSourceOverrideMode" not in hpe["Boot"]  # iLO rejects the field
-    persist = redfish.boot_patch_body(BootDevice.DISK, True, BootMode.LEGACY, Quirks())
+    persist = redfish.boot_patch_body(BootDevice.DISK, True, BootMode.LEGACY, Quirks(), UEFI_NOW)
     assert persist["Boot"]["BootSourceOverrideEnabled"] == "Continuous"
-    assert persist["Boot"]["BootSourceOverrideMode"] == "Legacy"
+    assert persist["Boot"]["BootSourceOverrideMode"] == "Legacy"  # a change: sent
+
+
+def test_boot_mode_is_written_only_when_it_changes():
+    """iDRAC queues a BIOS job, an extra reboot, for every Mode written (metal-operator #81);
+    a BMC without the property is not sent it."""
+    dell = quirks_for("Dell Inc.")
+    same = redfish.boot_patch_body(BootDevice.PXE, False, BootMode.UEFI, dell, UEFI_NOW)
+    assert "BootSourceOverrideMode" not in same["Boot"]
+    legacy = redfish.boot_patch_body(BootDevice.PXE, False, BootMode.UEFI, dell,
+                                     {"BootSourceOverrideMode": "Legacy"})
+    assert legacy["Boot"]["BootSourceOverrideMode"] == "UEFI"
+    absent = redfish.boot_patch_body(BootDevice.PXE, False, BootMode.UEFI, dell, {})
+    assert "BootSourceOverrideMode" not in absent["Boot"]
+
+
+def test_supermicro_boots_virtual_media_as_usbcd_where_allowed():
+    smc = quirks_for("Supermicro")
+    both = {**UEFI_NOW, "BootSourceOverrideTarget@Redfish.AllowableValues": ["Pxe", "Cd", "UsbCd"]}
+    body = redfish.boot_patch_body(BootDevice.CD, False, BootMode.UEFI, smc, both)
+    assert body["Boot"]["BootSourceOverrideTarget"] == "UsbCd"
+    only_cd = {**UEFI_NOW, "BootSourceOverrideTarget@Redfish.AllowableValues": ["Pxe", "Cd"]}
+    body = redfish.boot_patch_body(BootDevice.CD, False, BootMode.UEFI, smc, only_cd)
+    assert body["Boot"]["BootSourceOverrideTarget"] == "Cd"
+    other = redfish.boot_patch_body(BootDevice.CD, False, BootMode.UEFI, Quirks(), both)
+    assert other["Boot"]["BootSourceOverrideTarget"] == "Cd"
+    assert redfish.boot_setting({"Boot": {"BootSourceOverrideEnabled": "Once",
+                                          "BootSourceOverrideTarget": "UsbCd"}}).device \
+        is BootDevice.CD
 
 
 def test_supermicro_silent_revert_is_not_accepted():
     q = quirks_for("Supermicro")
-    sent = redfish.boot_patch_body(BootDevice.PXE, False, BootMode.UEFI, q)
+    sent = redfish.boot_patch_body(BootDevice.PXE, False, BootMode.UEFI, q, UEFI_NOW)
     # bmclib #459: answered 200, then reverted Mode to Legacy and Enabled to Disabled
     reverted = redfish.boot_setting(fx("supermicro_system.json"))
     assert not redfish.boot_took(reverted, sent, q, device=BootDevice.PXE, persistent=False,
@@ -110,7 +143,7 @@ def test_emulator_continuous_is_tolerated_only_for_the_emulator():
     got = BootSetting(BootDevice.PXE, persistent=True, mode=BootMode.UEFI)
     for vendor, expected in (("Sushy Emulator", True), ("Dell Inc.", False)):
         q = quirks_for(vendor)
-        sent = redfish.boot_patch_body(BootDevice.PXE, False, BootMode.UEFI, q)
+        sent = redfish.boot_patch_body(BootDevice.PXE, False, BootMode.UEFI, q, UEFI_NOW)
         assert redfish.boot_took(got, sent, q, device=BootDevice.PXE, persistent=False,
                                  mode=BootMode.UEFI) is expected
 
