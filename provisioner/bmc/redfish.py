@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import requests
 import sushy
 from sushy import exceptions as sushy_exc
 from sushy.connector import Connector
+from sushy.resources.manager.virtual_media import VirtualMedia
 
 from provisioner.bmc.base import (
     ACTION_TARGET,
@@ -44,6 +46,7 @@ from provisioner.bmc.redfish_map import (
     choose_reset_type,
     facts_from,
     gpus_from_processors,
+    mounted,
     nvswitches_from,
     odata_ids,
     power_state,
@@ -51,8 +54,8 @@ from provisioner.bmc.redfish_map import (
     psu_facts,
     reset_target,
 )
-from provisioner.bmc.retry import RetryPolicy, retry
-from provisioner.errors import BmcError, BmcRefused, BmcUnsupported
+from provisioner.bmc.retry import RetryPolicy, poll_until, retry
+from provisioner.errors import BmcError, BmcRefused, BmcTimeout, BmcUnreachable, BmcUnsupported
 
 T = TypeVar("T")
 
@@ -63,6 +66,8 @@ class RedfishDriver:
     # A system read this recently is reused instead of read again (one operation reads the
     # system, the next one starts from it): fewer requests to slow BMCs.
     SNAPSHOT_MAX_AGE_S = 1.0
+    # How long a mounted image may take to show as inserted.
+    MEDIA_SETTLE_S = 30.0
 
     def __init__(self, target: BmcTarget, *, retry_policy: RetryPolicy | None = None,
                  poll_interval_s: float = 1.0,
@@ -327,26 +332,51 @@ class RedfishDriver:
         raise BmcUnsupported(f"{self.target.node}: no CD/DVD virtual media device")
 
     def insert_virtual_media(self, image_url: str) -> None:
+        """Mount the image and read it back. A resumed run finds its own image in and leaves
+        it; another image is ejected first (community.general #6969). The InsertMedia action
+        goes through sushy's VirtualMedia, which knows the vendors' variants: no Inserted or
+        WriteProtected for Supermicro X11, TransferProtocolType or credentials where a BMC
+        asks for them (NVIDIA DGX)."""
         media = self._cd_media()
+        if media.get("Inserted") and media.get("Image") == image_url:
+            return
+        if media.get("Inserted"):
+            self.eject_virtual_media()
         conn = self._connect()
-        action = ((media.get("Actions") or {}).get("#VirtualMedia.InsertMedia") or {}).get(
-            "target")
-        body = {"Image": image_url, "Inserted": True, "WriteProtected": True}
-        if self.quirks().virtual_media_via_patch or not action:
-            self._retry(lambda: conn.patch(media["@odata.id"], data=body))
+        path = str(media["@odata.id"])
+        if self.quirks().virtual_media_via_patch:
+            def insert() -> object:
+                _, etag = self._get_with_etag(path)
+                return conn.patch(path, data={"Image": image_url, "Inserted": True,
+                                              "WriteProtected": True}, etag=etag)
         else:
-            self._retry(lambda: conn.post(action, data=body))
+            device = self._call(lambda: VirtualMedia(conn, path))
+            insert = partial(device.insert_media, image_url)
+        try:
+            self._retry(insert, only=answered)
+        except (BmcTimeout, BmcUnreachable) as exc:
+            if not exc.transient:  # it may have been done: the read-back decides
+                raise
+        got = poll_until(lambda: self._get(path), lambda m: mounted(m, image_url),
+                         time.monotonic() + self.MEDIA_SETTLE_S,
+                         interval_s=self.poll_interval_s, max_interval_s=5.0,
+                         sleep=self._sleep)
+        if not mounted(got, image_url):
+            raise BmcRefused(f"{self.target.node}: virtual media did not take: the BMC "
+                             f"reports Inserted={got.get('Inserted')}, Image="
+                             f"{got.get('Image')} after {self.MEDIA_SETTLE_S:g} s")
 
     def eject_virtual_media(self) -> None:
         media = self._cd_media()
         conn = self._connect()
-        action = ((media.get("Actions") or {}).get("#VirtualMedia.EjectMedia") or {}).get(
-            "target")
-        if self.quirks().virtual_media_via_patch or not action:
-            self._retry(lambda: conn.patch(media["@odata.id"],
-                                           data={"Image": None, "Inserted": False}))
-        else:
-            self._retry(lambda: conn.post(action, data={}))
+        path = str(media["@odata.id"])
+        if self.quirks().virtual_media_via_patch:
+            _, etag = self._get_with_etag(path)
+            self._retry(lambda: conn.patch(path, data={"Image": None, "Inserted": False},
+                                           etag=etag))
+        else:  # sushy's eject also knows iLO's wish for an empty JSON body
+            device = self._call(lambda: VirtualMedia(conn, path))
+            self._retry(device.eject_media)
 
     def close(self) -> None:
         root, self._root, self._conn = self._root, None, None

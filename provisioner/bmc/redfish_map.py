@@ -137,6 +137,16 @@ def boot_took(got: BootSetting, sent: JSON, quirks: Quirks, *, device: BootDevic
     return True
 
 
+def mounted(media: JSON, image_url: str) -> bool:
+    """Whether a VirtualMedia resource shows this image in. Some BMCs report Image as the
+    file's name rather than the URL, or leave Inserted out."""
+    image = str(media.get("Image") or media.get("ImageName") or "")
+    same = image == image_url or (bool(image) and
+                                  image.rsplit("/", 1)[-1] == image_url.rsplit("/", 1)[-1])
+    inserted = media.get("Inserted")
+    return (inserted is True and (same or not image)) or (inserted is None and same)
+
+
 def odata_ids(collection: JSON | None) -> list[str]:
     if not collection:
         return []

@@ -117,7 +117,20 @@ class _SlowResetBmc(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:
+        media = self.state["media"]
+        assert isinstance(media, dict)
+        if self.path == VM:
+            self._json(200, {"Members": [{"@odata.id": VM + "/Cd"}]})
+            return
+        if self.path == VM + "/Cd":
+            self._json(200, {
+                "@odata.id": VM + "/Cd", "Id": "Cd", "Name": "Virtual CD",
+                "MediaTypes": ["CD", "DVD"], **media, "Actions": {
+                    "#VirtualMedia.InsertMedia": {"target": VM + "/Cd/Actions/InsertMedia"},
+                    "#VirtualMedia.EjectMedia": {"target": VM + "/Cd/Actions/EjectMedia"}}})
+            return
         self._json(200, {
+            "VirtualMedia": {"@odata.id": VM},
             "@odata.id": "/redfish/v1/Systems/1", "Id": "1", "@odata.etag": ETAG,
             "PowerState": self.state["power"], "Boot": self.state["boot"],
             "Actions": {"#ComputerSystem.Reset": {
@@ -125,9 +138,15 @@ class _SlowResetBmc(BaseHTTPRequestHandler):
                 "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "ForceRestart"]}}})
 
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        posts = self.state["posts"]
-        assert isinstance(posts, list)
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or "{}")
+        posts, media = self.state["posts"], self.state["media"]
+        assert isinstance(posts, list) and isinstance(media, dict)
+        if self.path.endswith("Media"):  # InsertMedia, EjectMedia: answered at once
+            posts.append((self.path.rsplit("/", 1)[-1], body))
+            inserted = self.path.endswith("InsertMedia")
+            media.update(Inserted=inserted, Image=body.get("Image") if inserted else None)
+            self._json(200, {})
+            return
         posts.append(body["ResetType"])
         self.state["power"] = "Off" if body["ResetType"] == "ForceOff" else "On"
         time.sleep(self.answer_after_s)
@@ -150,13 +169,15 @@ class _SlowResetBmc(BaseHTTPRequestHandler):
 
 
 ETAG = 'W/"1700000000"'
+VM = "/redfish/v1/Systems/1/VirtualMedia"
 
 
 @pytest.fixture
 def slow_reset_bmc() -> Iterator[tuple[BmcTarget, dict[str, object]]]:
     state: dict[str, object] = {"power": "Off", "posts": [], "boot": {
         "BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "None",
-        "BootSourceOverrideMode": "UEFI"}}
+        "BootSourceOverrideMode": "UEFI"},
+        "media": {"Inserted": True, "Image": "http://10.0.0.9/old.iso"}}
     server = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_SlowResetBmc,), {"state": state}))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -201,3 +222,18 @@ def test_an_etag_given_only_in_the_body_is_sent_as_if_match(slow_reset_bmc):
     assert state["boot"] == {"BootSourceOverrideEnabled": "Once",
                              "BootSourceOverrideTarget": "Pxe",
                              "BootSourceOverrideMode": "UEFI"}
+
+
+def test_virtual_media_ejects_another_image_inserts_with_the_image_alone_and_reads_back(
+        slow_reset_bmc):
+    """An image left in by an earlier run is ejected first; InsertMedia carries the Image
+    alone (Supermicro X11 refuses Inserted and WriteProtected, which are the defaults); the
+    mount is read back. A second call with the image in sends nothing."""
+    target, state = slow_reset_bmc
+    url = "http://10.0.0.1/iso/installer.iso"
+    driver = bmc.make_driver(target)
+    driver.insert_virtual_media(url)
+    assert state["posts"] == [("EjectMedia", {}), ("InsertMedia", {"Image": url})]
+    assert state["media"] == {"Inserted": True, "Image": url}
+    driver.insert_virtual_media(url)
+    assert len(state["posts"]) == 2

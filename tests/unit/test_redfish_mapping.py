@@ -186,3 +186,14 @@ def test_lenovo_vmedia_member_is_a_cd():
     media = fx("lenovo_virtual_media_ext1.json")
     assert "CD" in media["MediaTypes"] and "Actions" not in media
     assert quirks_for("Lenovo").virtual_media_via_patch
+
+
+def test_mounted_virtual_media_read_back():
+    url = "http://10.0.0.1/iso/ubuntu-24.04.iso"
+    assert redfish.mounted({"Inserted": True, "Image": url}, url)
+    assert redfish.mounted({"Inserted": True, "Image": "ubuntu-24.04.iso"}, url)  # name only
+    assert redfish.mounted({"Inserted": True}, url)  # no Image reported
+    assert redfish.mounted({"Image": url}, url)  # no Inserted reported
+    assert not redfish.mounted({"Inserted": False, "Image": url}, url)
+    assert not redfish.mounted({"Inserted": True, "Image": "http://x/other.iso"}, url)
+    assert not redfish.mounted({}, url)
