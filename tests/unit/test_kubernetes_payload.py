@@ -584,7 +584,9 @@ def test_a_cluster_member_moves_with_kubeadm_upgrade_in_kubeadms_order():
     # what `upgrade apply` runs on each control plane before any drain (--tags): the
     # repository, kubeadm, and kubeadm's upgrade, nothing that restarts the kubelet
     first = [t["name"] for t in tasks if "kubernetes_control_plane_first" in t.get("tags", [])]
-    assert first == ["Add the Kubernetes package repository for the pinned minor version",
+    assert first == ["Set aside other entries for the kubernetes repository (a duplicate "
+                     "stops apt)",
+                     "Add the Kubernetes package repository for the pinned minor version",
                      "Install kubeadm (with kubelet and kubectl on a new node) at the pinned "
                      "version", "Move this cluster member to the pinned version with kubeadm"]
 

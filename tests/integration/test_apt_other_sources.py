@@ -1,0 +1,83 @@
+"""Another entry for a repository the roles add (cuda-keyring's list, the vendor's install
+page followed by hand) stops apt: "Conflicting values set for option Signed-By". The roles
+set such entries aside before adding their own (roles/base_os/tasks/other_sources.yml),
+here run by ansible-playbook over a local connection on a sources directory of the test's,
+and apt itself reads the directory before and after."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+BIN = Path(sys.executable).parent
+CUDA = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/"
+PLAY = """
+- name: Set aside other entries for the CUDA repository
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Run base_os's task file as the driver role does
+      ansible.builtin.include_role:
+        name: base_os
+        tasks_from: other_sources.yml
+      vars:
+        base_os_repo_name: nvidia-cuda
+        base_os_repo_uri: "{{ uri }}"
+"""
+SOURCES = {
+    # what cuda-keyring writes, and an http entry for the same repository
+    "cuda-ubuntu2204-x86_64.list": f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring."
+                                   f"gpg] {CUDA} /\n",
+    "old-cuda.list": f"deb {CUDA.replace('https:', 'http:').rstrip('/')} /\n",
+    # the role's own (deb822_repository), and an unrelated source: both stay
+    "nvidia-cuda.sources": f"Types: deb\nURIs: {CUDA}\nSuites: /\n"
+                           "Signed-By: /etc/apt/keyrings/nvidia-cuda.asc\n",
+    "ubuntu.sources": "Types: deb\nURIs: http://archive.ubuntu.com/ubuntu/\nSuites: jammy\n"
+                      "Components: main\n",
+}
+
+
+def apt_reads(sources: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["apt-get", "-o", f"Dir::Etc::SourceParts={sources}", "-o",
+         "Dir::Etc::SourceList=/dev/null", "-o", f"Dir::State::Lists={tmp_path}",
+         "indextargets", "--no-release-info"], capture_output=True, text=True, check=False)
+
+
+def play(tmp_path: Path, sources: Path) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "play.yml").write_text(PLAY)
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "play.yml",
+         "-e", f"uri={CUDA}", "-e", f"base_os_apt_sources_dir={sources}",
+         "-e", f"ansible_python_interpreter={sys.executable}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+        env={"PATH": f"{BIN}:/usr/bin:/bin", "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+             "ANSIBLE_NOCOLOR": "1", "HOME": str(tmp_path)})
+
+
+def test_other_entries_for_the_repository_are_set_aside_and_apt_reads_its_sources(
+        tmp_path: Path) -> None:
+    sources = tmp_path / "sources.list.d"
+    sources.mkdir()
+    for name, text in SOURCES.items():
+        (sources / name).write_text(text)
+    before = apt_reads(sources, tmp_path)
+    assert before.returncode != 0 and "Conflicting values set for option Signed-By" in (
+        before.stderr), before.stderr
+
+    first = play(tmp_path, sources)
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert sorted(p.name for p in sources.iterdir()) == [
+        "cuda-ubuntu2204-x86_64.list.provisioner.disabled", "nvidia-cuda.sources",
+        "old-cuda.list.provisioner.disabled", "ubuntu.sources"]
+    after = apt_reads(sources, tmp_path)
+    assert after.returncode == 0 and CUDA in after.stdout, after.stderr
+
+    again = play(tmp_path, sources)
+    assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-3000:]
