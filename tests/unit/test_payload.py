@@ -191,7 +191,7 @@ def test_nvswitch_order_driver_then_fabric_manager_running_then_dcgm_gate():
     assert set(fm_play["hosts"].split(":")) == {"nvswitch_nodes", "imex_nodes"}
     fm = [t["name"] for t in _tasks("fabric_manager")]
     assert fm.index("Start fabric manager (or IMEX) and enable it at boot") < fm.index(
-        "Wait for fabric manager (or IMEX) to be active")
+        "Wait for fabric manager (or IMEX) to be active, or to have failed")
     dcgm = [t["name"] for t in _tasks("dcgm")]
     assert dcgm.index("Start the DCGM host engine (again where it runs replaced libraries), "
                       "enabled at boot") < dcgm.index("Wait for the DCGM host engine to answer")
@@ -522,8 +522,31 @@ def test_fabric_manager_waits_for_and_checks_each_gpus_fabric_registration(
                                                fabric_manager_service="nvidia-fabricmanager",
                                                fabric_manager_gpu_count=8, **ctx)
     main = [t["name"] for t in _tasks("fabric_manager")]
-    assert main.index("Wait for fabric manager (or IMEX) to be active") < main.index(
-        "Wait for the GPUs' NVLink fabric registration")
+    assert main.index("Wait for fabric manager (or IMEX) to be active, or to have failed") \
+        < main.index("Wait for the GPUs' NVLink fabric registration")
     verify = role_task("node_verify", "Verify every GPU's NVLink fabric registration "
                        "succeeded")
     assert verify["ansible.builtin.include_role"]["tasks_from"] == "fabric_state.yml"
+
+
+def test_a_fabric_manager_that_failed_stops_the_wait_and_the_run_shows_its_journal():
+    """A failed unit (another version than the driver's, NVLink-5 without ib_umad) ended
+    the wait only after fabric_manager_start_timeout_s, with no word of why."""
+    wait = role_task("fabric_manager", "Wait for fabric manager (or IMEX) to be active, or "
+                     "to have failed")
+    why = role_task("fabric_manager", "Say why fabric manager (or IMEX) is not active")
+    stop = next(t for t in why["block"] if t["name"] == "Stop with what the service said")
+    ctx = {"fabric_manager_service": "nvidia-fabricmanager",
+           "fabric_manager_start_timeout_s": 300,
+           "fabric_manager_journal": {"stdout_lines": [
+               "fabric manager NVIDIA GPU driver interface version 570.124.06 don't match "
+               "with driver version 570.86.15"]}}
+    for state, ends, fails in (("activating", False, True), ("failed", True, True),
+                               ("active", True, False)):
+        active = {"status": {"ActiveState": state, "SubState": "x"}}
+        assert holds(wait["until"], fabric_manager_active=active) is ends
+        assert holds(why["when"], fabric_manager_active=active, **ctx) is fails
+    msg = ansible_eval(stop["ansible.builtin.fail"]["msg"], **ctx, fabric_manager_active={
+        "status": {"ActiveState": "failed", "SubState": "failed"}})
+    assert msg.startswith("nvidia-fabricmanager is failed (failed) after 300 s")
+    assert "don't match with driver version 570.86.15" in msg
