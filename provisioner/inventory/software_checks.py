@@ -30,6 +30,9 @@ def _gpu_blocks(loaded: LoadedSite) -> Iterator[tuple[int, str]]:
 
 
 LAST_PRE_TURING_BRANCH = 580  # the last driver branch for Maxwell, Pascal and Volta
+# The first driver branch for an architecture: CUDA 12.8 is the first release that builds
+# for Blackwell (sm_100; CUDA 12.8 release notes) and needs driver 570.26 (DOMAIN.md §3).
+FIRST_BRANCH = {"blackwell": 570, "grace_blackwell": 570}
 
 
 def check(loaded: LoadedSite, emit: Emit) -> None:
@@ -60,6 +63,15 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
                  f"driver branch {drv.branch} no longer supports {', '.join(volta)} "
                  f"(Maxwell, Pascal or Volta GPUs): branch {LAST_PRE_TURING_BRANCH} is the last",
                  f"pin branch {LAST_PRE_TURING_BRANCH} or older for sites with V100 systems")
+        newer_than_driver = sorted(b for b in blocks if int(drv.branch) < FIRST_BRANCH.get(
+            loaded.catalog[b].gpu.architecture, 0))  # type: ignore[union-attr]
+        if newer_than_driver:
+            first = max(FIRST_BRANCH[loaded.catalog[b].gpu.architecture]  # type: ignore[union-attr]
+                        for b in newer_than_driver)
+            emit("driver-predates-architecture", ("software", "nvidia_driver", "branch"),
+                 f"driver branch {drv.branch} predates the GPUs of {', '.join(newer_than_driver)}: "
+                 f"their support starts with branch {first}",
+                 f"pin branch {first} or newer")
         if drv.kernel_modules == "proprietary" and needs_open:
             emit("proprietary-modules-unsupported",
                  ("software", "nvidia_driver", "kernel_modules"),
