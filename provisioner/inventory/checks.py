@@ -294,13 +294,16 @@ def _kubernetes(loaded: LoadedSite, emit: Emit) -> None:
     k8s = loaded.site.software.kubernetes
     if k8s is None:
         return
-    control = 0
+    control = members = 0
     for p in loaded.site.placements:
         block = loaded.catalog.get(p.block)
         for node in p.nodes:
             roles = node.roles or (default_roles(block.kind) if block else ())
             if Role.CONTROL_PLANE in roles:
                 control += 1
+            if Role.CONTROL_PLANE in roles or Role.WORKER in roles:
+                members += 1
+    _pod_cidr(k8s.pod_cidr.prefixlen, members, k8s.cni, emit)
     if control == 0:
         emit("no-control-plane", ("software", "kubernetes"),
              "Kubernetes is planned but no node has the control-plane role",
@@ -331,6 +334,32 @@ def _kubernetes(loaded: LoadedSite, emit: Emit) -> None:
             if cidr.overlaps(net.cidr):
                 emit("network-overlap", ("software", "kubernetes", name),
                      f"Kubernetes {name} {cidr} overlaps network {net.name} {net.cidr}")
+
+
+NODE_CIDR_PREFIX = 24  # kube-controller-manager --node-cidr-mask-size (IPv4 default)
+
+
+def _pod_cidr(prefix: int, members: int, cni: str, emit: Emit) -> None:
+    """Each node gets a /24 of the pod CIDR: kubeadm refuses a pod subnet smaller than one
+    (ValidatePodSubnetNodeMask), and the nodes past 2^(24 - prefix) get none. flannel and
+    Cilium's cluster pool (mask 24) give pods addresses from it; Calico's own IPAM does
+    not, but the controller manager logs CIDRNotAvailable for each such node."""
+    path: KeyPath = ("software", "kubernetes", "pod_cidr")
+    if prefix > NODE_CIDR_PREFIX:
+        emit("pod-cidr-too-small", path,
+             f"pod_cidr is a /{prefix}: kubeadm refuses a pod subnet smaller than the /"
+             f"{NODE_CIDR_PREFIX} it gives each node", "use a /16 (65,536 addresses) or at "
+             f"most a /{NODE_CIDR_PREFIX}")
+        return
+    room = 2 ** (NODE_CIDR_PREFIX - prefix)
+    if members > room:
+        emit("pod-cidr-too-few-nodes", path,
+             f"pod_cidr /{prefix} holds {room} node range{'' if room == 1 else 's'} (a "
+             f"/{NODE_CIDR_PREFIX} each) for {members} Kubernetes nodes: the nodes past "
+             f"{room} get no pod range"
+             + ("" if cni != "calico" else " (Calico's own IPAM still gives their pods "
+                "addresses)"), f"use a /{NODE_CIDR_PREFIX - (members - 1).bit_length()} or "
+             "larger", severity=Severity.WARNING if cni == "calico" else Severity.ERROR)
 
 
 def _vip(loaded: LoadedSite, vip: IPv4Address, emit: Emit) -> None:

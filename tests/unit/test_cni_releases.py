@@ -114,3 +114,21 @@ def test_the_cni_manifest_is_applied_server_side_only_when_kubectl_diff_finds_a_
     # for a server-side diff (kubernetes#114141): the apply runs and says what is wrong
     assert diff["changed_when"] is False and diff["failed_when"] is False
     assert apply["when"].endswith("kubernetes_cni_diff.rc != 0")
+
+
+@pytest.mark.parametrize(("cni", "severity"), [("calico", "warning"), ("cilium", "error"),
+                                                ("flannel", "error")])
+def test_a_pod_cidr_with_fewer_node_ranges_than_nodes(tmp_path, cni, severity):
+    """Each node gets a /24 of the pod CIDR: a /24 holds one. flannel and Cilium's cluster
+    pool give the others' pods no address; Calico's own IPAM still does (a warning)."""
+    site = edited_example(tmp_path, EXAMPLE_K8S, EXAMPLE_K8S.replace(
+        "cni: calico", f"cni: {cni}, pod_cidr: 10.244.0.0/24"))
+    loaded = load(site)
+    nodes = sum(1 for p in loaded.site.placements for _ in p.nodes)
+    hits = [f for f in check(loaded) if f.code == "pod-cidr-too-few-nodes"]
+    assert len(hits) == 1 and hits[0].severity.value == severity, hits
+    assert "pod_cidr /24 holds 1 node range (a /24 each) for " in hits[0].message
+    assert nodes > 2 and f"use a /{24 - (nodes - 1).bit_length()} or larger" in hits[0].hint
+    wide = edited_example(tmp_path, EXAMPLE_K8S, EXAMPLE_K8S.replace(
+        "cni: calico", f"cni: {cni}, pod_cidr: 10.244.0.0/20"), name="wide")
+    assert not [f for f in check(load(wide)) if f.code.startswith("pod-cidr")]
