@@ -727,3 +727,18 @@ def test_openibd_restart_never_cuts_the_session_it_runs_over(tmp_path):
                                  "Apply RoCE QoS"]
     assert tasks.index("Find whether this session runs over a ConnectX port") < tasks.index(
         "Install DOCA (MOFED)")
+
+
+def test_two_control_planes_pass_the_role_as_they_pass_validate():
+    """validate warns of an even count (even-control-plane); the role refused it, so a site
+    growing from one control plane to three with `provision add` stopped at the second."""
+    file = "tasks/validate.yml"
+    check = role_task("kubernetes", "Check there is a control plane", file=file)
+    say = role_task("kubernetes", "Say an even number of control planes adds no fault "
+                    "tolerance", file=file)
+    for cps, even in ((["cp01"], False), (["cp01", "cp02"], True),
+                      (["cp01", "cp02", "cp03"], False)):
+        groups = {"kube_control_plane": cps}
+        assert holds(check["ansible.builtin.assert"]["that"], groups=groups)
+        assert holds(say["when"], groups=groups) is even
+    assert not holds(check["ansible.builtin.assert"]["that"], groups={})
