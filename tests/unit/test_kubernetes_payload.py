@@ -742,3 +742,13 @@ def test_two_control_planes_pass_the_role_as_they_pass_validate():
         assert holds(check["ansible.builtin.assert"]["that"], groups=groups)
         assert holds(say["when"], groups=groups) is even
     assert not holds(check["ansible.builtin.assert"]["that"], groups={})
+
+
+def test_the_ready_check_reads_the_node_with_its_own_credentials():
+    """Delegated to cp01 with admin.conf, every node's verify failed while cp01 was rebuilt
+    or failed its upgrade round; the kubelet's credentials reach the cluster's endpoint."""
+    task = role_task("node_verify", "Wait for the node to be Ready in Kubernetes")
+    assert "delegate_to" not in task
+    defaults = _yaml(ROOT / "roles/node_verify/defaults/main.yml")
+    assert defaults["node_verify_kubeconfig"] == "/etc/kubernetes/kubelet.conf"
+    assert "--kubeconfig={{ node_verify_kubeconfig }}" in task["ansible.builtin.command"]["argv"]
