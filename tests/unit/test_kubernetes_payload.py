@@ -752,3 +752,28 @@ def test_the_ready_check_reads_the_node_with_its_own_credentials():
     defaults = _yaml(ROOT / "roles/node_verify/defaults/main.yml")
     assert defaults["node_verify_kubeconfig"] == "/etc/kubernetes/kubelet.conf"
     assert "--kubeconfig={{ node_verify_kubeconfig }}" in task["ansible.builtin.command"]["argv"]
+
+
+def test_a_running_cluster_built_with_another_api_endpoint_stops_the_run():
+    """A VIP added to a one-control-plane site after init was rendered into the local file
+    only: joins went through cp01's address and the run reported success."""
+    block = role_task("kubernetes", "Check the cluster's API endpoint is the one the site names")
+    check = next(t for t in block["block"] if t["name"].startswith("Refuse"))
+    expr = _yaml(ROOT / "roles/kubernetes/vars/main.yml")["kubernetes_cluster_endpoint"]
+    built = ("apiServer: {}\napiVersion: kubeadm.k8s.io/v1beta4\ncontrolPlaneEndpoint: "
+             "10.250.0.11:6443\nkind: ClusterConfiguration\n")
+    for stdout, site, ok in ((built, "10.250.0.11:6443", True),
+                             (built, "10.250.0.250:6443", False),
+                             ("", "10.250.0.250:6443", False)):
+        endpoint = ansible_eval(expr, kubernetes_cluster_endpoint_config={"stdout": stdout})
+        assert holds(check["ansible.builtin.assert"]["that"],
+                     kubernetes_cluster_endpoint=endpoint,
+                     kubernetes_control_plane_endpoint=site) is ok
+    msg = ansible_eval(check["ansible.builtin.assert"]["fail_msg"],
+                       kubernetes_cluster_endpoint="10.250.0.11:6443",
+                       kubernetes_control_plane_endpoint="10.250.0.250:6443")
+    assert msg.startswith("the cluster's API endpoint is 10.250.0.11:6443, the site names "
+                          "10.250.0.250:6443")
+    names = [t["name"] for t in _yaml(ROLE / "tasks/main.yml")]
+    assert names.index("Check the cluster's API endpoint is the one the site names") < \
+        names.index("Initialise the cluster and join the further control planes and workers")
