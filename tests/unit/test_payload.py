@@ -464,6 +464,7 @@ def test_node_verify_checks_gpu_count_driver_and_persistence_mode(lines, persist
     ctx: dict[str, Any] = {"node_verify_gpus": {"stdout_lines": lines},
                            "node_verify_gpu_count": 8,
                            "node_verify_driver_version": "570.124.06",
+                           "node_verify_driver_branch": "570",
                            "node_verify_persistence_mode": persistence}
     for name, expr in task["vars"].items():
         ctx[name] = ansible_eval(expr, **ctx)
@@ -550,3 +551,26 @@ def test_a_fabric_manager_that_failed_stops_the_wait_and_the_run_shows_its_journ
         "status": {"ActiveState": "failed", "SubState": "failed"}})
     assert msg.startswith("nvidia-fabricmanager is failed (failed) after 300 s")
     assert "don't match with driver version 570.86.15" in msg
+
+
+@pytest.mark.parametrize(("smi", "ok"), [("570.172.08", True), ("580.82.07", False)])
+def test_a_driver_of_another_branch_fails_both_checks_where_no_version_is_pinned(smi, ok):
+    """Canonical turns a retired branch's packages into transitional ones that pull in the
+    next branch: a site pinning branch 570 alone got 580, and both checks compared only a
+    pinned version, so it passed."""
+    task = role_task("node_verify", "Verify GPU count, driver version and persistence mode")
+    ctx: dict[str, Any] = {"node_verify_gpus": {"stdout_lines": [f"{smi}, Enabled"] * 8},
+                           "node_verify_gpu_count": 8, "node_verify_driver_version": "",
+                           "node_verify_driver_branch": "570",
+                           "node_verify_persistence_mode": True}
+    for name, expr in task["vars"].items():
+        ctx[name] = ansible_eval(expr, **ctx)
+    assert all(holds(c, **ctx) for c in task["ansible.builtin.assert"]["that"]) is ok
+    assert "GPUs at driver branch 570 " in ansible_eval(
+        task["ansible.builtin.assert"]["fail_msg"], **ctx)
+    own = role_task("nvidia_driver", "Check every GPU is visible at the pinned driver",
+                    file="tasks/install.yml")
+    lines = [f"{smi}, NVIDIA H100 80GB HBM3"] * 8
+    assert all(holds(c, nvidia_driver_smi={"stdout_lines": lines}, nvidia_driver_gpu_count=8,
+                     nvidia_driver_version="", nvidia_driver_branch=570)
+               for c in own["ansible.builtin.assert"]["that"]) is ok
