@@ -574,3 +574,27 @@ def test_a_driver_of_another_branch_fails_both_checks_where_no_version_is_pinned
     assert all(holds(c, nvidia_driver_smi={"stdout_lines": lines}, nvidia_driver_gpu_count=8,
                      nvidia_driver_version="", nvidia_driver_branch=570)
                for c in own["ansible.builtin.assert"]["that"]) is ok
+
+
+def test_imex_nodes_load_the_driver_with_channel0_and_the_role_checks_it():
+    """IMEX channels are not created by default: without channel 0, CUDA's IMEX APIs fail
+    with an insufficient-permission error (NVIDIA IMEX guide)."""
+    file = "tasks/nouveau.yml"
+    opt = role_task("nvidia_driver", "Have the driver create IMEX channel 0 at every load "
+                    "(multi-node NVLink nodes)", file=file)
+    assert "options nvidia NVreg_CreateImexChannel0=1" in opt["ansible.builtin.copy"]["content"]
+    assert opt["notify"] == ["Rebuild the initramfs", "Reboot for the new driver"]
+    gone = role_task("nvidia_driver", "Remove the IMEX channel option from a node that is no "
+                     "longer an IMEX node", file=file)
+    assert gone["ansible.builtin.file"]["path"] == opt["ansible.builtin.copy"]["dest"]
+    default = yaml.safe_load((ROOT / "roles/nvidia_driver/defaults/main.yml").read_text())[
+        "nvidia_driver_imex_channel0"]
+    for imex in (True, False):
+        on = ansible_eval(default, provisioner_imex=imex)
+        assert holds(opt["when"], nvidia_driver_imex_channel0=on) is imex
+        assert holds(gone["when"], nvidia_driver_imex_channel0=on) is not imex
+    check = role_task("fabric_manager", "Check IMEX channel 0 exists")
+    for stat, ok in (({"exists": True, "ischr": True}, True), ({"exists": False}, False)):
+        assert holds(check["ansible.builtin.assert"]["that"],
+                     fabric_manager_imex_channel={"stat": stat}) is ok
+    assert check["tags"] == ["needs_gpu"]
