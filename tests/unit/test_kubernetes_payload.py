@@ -777,3 +777,34 @@ def test_a_running_cluster_built_with_another_api_endpoint_stops_the_run():
     names = [t["name"] for t in _yaml(ROLE / "tasks/main.yml")]
     assert names.index("Check the cluster's API endpoint is the one the site names") < \
         names.index("Initialise the cluster and join the further control planes and workers")
+
+
+def test_a_control_plane_certificate_near_its_end_fails_verify(tmp_path):
+    """kubeadm's certificates last a year and only an upgrade renews them: the role's own
+    openssl command, run for real on certificates made here (one with 5 days left)."""
+    read = role_task("node_verify", "Read which control-plane certificates expire soon")
+    check = role_task("node_verify", "Verify no control-plane certificate expires within the "
+                      "margin")
+    (tmp_path / "etcd").mkdir()
+    for name, days in (("apiserver.crt", 365), ("etcd/peer.crt", 5)):
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-keyout",
+                        str(tmp_path / "key.pem"), "-out", str(tmp_path / name), "-days",
+                        str(days), "-subj", "/CN=kube-apiserver"],
+                       check=True, capture_output=True)
+    results = []
+    for item in ("apiserver.crt", "etcd/peer.crt"):
+        argv = [str(ansible_eval(a, item=item, node_verify_cert_min_days=14,
+                                 node_verify_pki_dir=str(tmp_path)))
+                for a in read["ansible.builtin.command"]["argv"]]
+        rc = subprocess.run(argv, capture_output=True, check=False).returncode
+        assert not holds(read["failed_when"], node_verify_cert_ends={"rc": rc})
+        results.append({"item": item, "rc": rc})
+    assert [r["rc"] for r in results] == [0, 1]
+    ends = {"results": results}
+    assert not holds(check["ansible.builtin.assert"]["that"], node_verify_cert_ends=ends)
+    msg = ansible_eval(check["ansible.builtin.assert"]["fail_msg"], node_verify_cert_ends=ends,
+                       node_verify_cert_min_days=14)
+    assert msg.startswith("etcd/peer.crt expire within 14 days: renew them")
+    assert holds(check["ansible.builtin.assert"]["that"],
+                 node_verify_cert_ends={"results": results[:1]})
