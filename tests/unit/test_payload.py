@@ -191,7 +191,7 @@ def test_nvswitch_order_driver_then_fabric_manager_running_then_dcgm_gate():
     assert set(fm_play["hosts"].split(":")) == {"nvswitch_nodes", "imex_nodes"}
     fm = [t["name"] for t in _tasks("fabric_manager")]
     assert fm.index("Start fabric manager (or IMEX) and enable it at boot") < fm.index(
-        "Wait for fabric manager (or IMEX) to be active, or to have failed")
+        "Wait for fabric manager (or IMEX) to be active, or say why it is not")
     dcgm = [t["name"] for t in _tasks("dcgm")]
     assert dcgm.index("Start the DCGM host engine (again where it runs replaced libraries), "
                       "enabled at boot") < dcgm.index("Wait for the DCGM host engine to answer")
@@ -523,7 +523,7 @@ def test_fabric_manager_waits_for_and_checks_each_gpus_fabric_registration(
                                                fabric_manager_service="nvidia-fabricmanager",
                                                fabric_manager_gpu_count=8, **ctx)
     main = [t["name"] for t in _tasks("fabric_manager")]
-    assert main.index("Wait for fabric manager (or IMEX) to be active, or to have failed") \
+    assert main.index("Wait for fabric manager (or IMEX) to be active, or say why it is not") \
         < main.index("Wait for the GPUs' NVLink fabric registration")
     verify = role_task("node_verify", "Verify every GPU's NVLink fabric registration "
                        "succeeded")
@@ -532,25 +532,34 @@ def test_fabric_manager_waits_for_and_checks_each_gpus_fabric_registration(
 
 def test_a_fabric_manager_that_failed_stops_the_wait_and_the_run_shows_its_journal():
     """A failed unit (another version than the driver's, NVLink-5 without ib_umad) ended
-    the wait only after fabric_manager_start_timeout_s, with no word of why."""
-    wait = role_task("fabric_manager", "Wait for fabric manager (or IMEX) to be active, or "
-                     "to have failed")
-    why = role_task("fabric_manager", "Say why fabric manager (or IMEX) is not active")
-    stop = next(t for t in why["block"] if t["name"] == "Stop with what the service said")
+    the wait only after fabric_manager_start_timeout_s, with no word of why. The wait ends
+    at `failed`; a unit not active then, or still activating when the retries run out (the
+    task fails: until's last attempt), goes to the rescue, which shows the journal."""
+    outer = role_task("fabric_manager", "Wait for fabric manager (or IMEX) to be active, or "
+                      "say why it is not")
+    wait, check = outer["block"]
+    journal, stop = outer["rescue"]
+    assert journal["ansible.builtin.command"]["argv"][:3] == ["journalctl", "--unit",
+                                                             "{{ fabric_manager_service }}"]
     ctx = {"fabric_manager_service": "nvidia-fabricmanager",
            "fabric_manager_start_timeout_s": 300,
            "fabric_manager_journal": {"stdout_lines": [
                "fabric manager NVIDIA GPU driver interface version 570.124.06 don't match "
                "with driver version 570.86.15"]}}
-    for state, ends, fails in (("activating", False, True), ("failed", True, True),
-                               ("active", True, False)):
+    for state, ends, ok in (("activating", False, False), ("failed", True, False),
+                            ("active", True, True)):
         active = {"status": {"ActiveState": state, "SubState": "x"}}
         assert holds(wait["until"], fabric_manager_active=active) is ends
-        assert holds(why["when"], fabric_manager_active=active, **ctx) is fails
-    msg = ansible_eval(stop["ansible.builtin.fail"]["msg"], **ctx, fabric_manager_active={
-        "status": {"ActiveState": "failed", "SubState": "failed"}})
-    assert msg.startswith("nvidia-fabricmanager is failed (failed) after 300 s")
-    assert "don't match with driver version 570.86.15" in msg
+        assert holds(check["ansible.builtin.assert"]["that"], fabric_manager_active=active) is ok
+    for state, after in (("failed", ""), ("activating", " after 300 s")):
+        active = {"status": {"ActiveState": state, "SubState": "y"}}
+        msg = ansible_eval(stop["ansible.builtin.fail"]["msg"], **ctx,
+                           fabric_manager_active=active,
+                           fabric_manager_state=ansible_eval(
+                               stop["vars"]["fabric_manager_state"],
+                               fabric_manager_active=active))
+        assert msg.startswith(f"nvidia-fabricmanager is {state} (y){after}, so CUDA cannot"), msg
+        assert "don't match with driver version 570.86.15" in msg
 
 
 @pytest.mark.parametrize(("smi", "ok"), [("570.172.08", True), ("580.82.07", False)])
@@ -579,7 +588,7 @@ def test_a_driver_of_another_branch_fails_both_checks_where_no_version_is_pinned
 def test_imex_nodes_load_the_driver_with_channel0_and_the_role_checks_it():
     """IMEX channels are not created by default: without channel 0, CUDA's IMEX APIs fail
     with an insufficient-permission error (NVIDIA IMEX guide)."""
-    file = "tasks/nouveau.yml"
+    file = "tasks/imex_channel.yml"
     opt = role_task("nvidia_driver", "Have the driver create IMEX channel 0 at every load "
                     "(multi-node NVLink nodes)", file=file)
     assert "options nvidia NVreg_CreateImexChannel0=1" in opt["ansible.builtin.copy"]["content"]
