@@ -189,7 +189,7 @@ class IpmiDriver:
             return current
 
         def send() -> Any:
-            cmd = self._retry(self._connect)  # a login may be retried: nothing was sent yet
+            cmd = self._retry(self._connect)  # logged in first: a failure here sent nothing
             return self._retry(lambda: cmd.set_power(POWER_ACTION_TO_IPMI[action], wait=False),
                                only=answered)
 

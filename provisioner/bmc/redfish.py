@@ -336,15 +336,15 @@ class RedfishDriver:
         it; another image is ejected first (community.general #6969). The InsertMedia action
         goes through sushy's VirtualMedia, which knows the vendors' variants: no Inserted or
         WriteProtected for Supermicro X11, TransferProtocolType or credentials where a BMC
-        asks for them (NVIDIA DGX)."""
+        asks for them (NVIDIA DGX). A BMC without the action is PATCHed."""
         media = self._cd_media()
-        if media.get("Inserted") and media.get("Image") == image_url:
+        if mounted(media, image_url):
             return
-        if media.get("Inserted"):
+        if media.get("Inserted") or media.get("Image"):
             self.eject_virtual_media()
         conn = self._connect()
         path = str(media["@odata.id"])
-        if self.quirks().virtual_media_via_patch:
+        if self._media_by_patch(media, "#VirtualMedia.InsertMedia"):
             def insert() -> object:
                 _, etag = self._get_with_etag(path)
                 return conn.patch(path, data={"Image": image_url, "Inserted": True,
@@ -370,13 +370,19 @@ class RedfishDriver:
         media = self._cd_media()
         conn = self._connect()
         path = str(media["@odata.id"])
-        if self.quirks().virtual_media_via_patch:
+        if self._media_by_patch(media, "#VirtualMedia.EjectMedia"):
             _, etag = self._get_with_etag(path)
             self._retry(lambda: conn.patch(path, data={"Image": None, "Inserted": False},
                                            etag=etag))
         else:  # sushy's eject also knows iLO's wish for an empty JSON body
             device = self._call(lambda: VirtualMedia(conn, path))
             self._retry(device.eject_media)
+
+    def _media_by_patch(self, media: JSON, action: str) -> bool:
+        """PATCH the VirtualMedia resource where the quirk says so (Lenovo XCC) or the BMC
+        lists no such action (sushy PATCHes only when the BMC answers `Allow: PATCH`)."""
+        target = ((media.get("Actions") or {}).get(action) or {}).get("target")
+        return self.quirks().virtual_media_via_patch or not target
 
     def close(self) -> None:
         root, self._root, self._conn = self._root, None, None

@@ -65,10 +65,12 @@ def open_connection(target: BmcTarget, base_url: str, verify: bool | str,
     library's exceptions onto BmcError).
     """
     t = target
-    # One attempt per request at this level: sushy's Connector tries a request up to
-    # `server_side_retries or 3` times on a timeout or lost connection, whatever the method
-    # (sushy/connector.py `_op`), so a reset the BMC carried out but answered late was sent
-    # again. The driver retries itself, and never a power request it may have sent.
+    # One attempt per request on a timeout or lost connection: sushy's Connector tries a
+    # request `server_side_retries or 3` times then, whatever the method (sushy/connector.py
+    # `_op`), so a reset the BMC carried out but answered late was sent again. With 1, sushy
+    # still sends again once what the BMC refused in words it knows (a 5xx to a GET, iDRAC's
+    # and iLO's "busy" answers): refusals, safe to repeat. The driver retries itself, and
+    # never a power request it may have sent.
     conn = Connector(base_url, verify=verify, server_side_retries=1,
                      default_request_timeout=t.request_timeout_s,
                      connect_timeout=t.request_timeout_s)

@@ -123,11 +123,13 @@ class _SlowResetBmc(BaseHTTPRequestHandler):
             self._json(200, {"Members": [{"@odata.id": VM + "/Cd"}]})
             return
         if self.path == VM + "/Cd":
+            actions = {"Actions": {
+                "#VirtualMedia.InsertMedia": {"target": VM + "/Cd/Actions/InsertMedia"},
+                "#VirtualMedia.EjectMedia": {"target": VM + "/Cd/Actions/EjectMedia"}}}
             self._json(200, {
-                "@odata.id": VM + "/Cd", "Id": "Cd", "Name": "Virtual CD",
-                "MediaTypes": ["CD", "DVD"], **media, "Actions": {
-                    "#VirtualMedia.InsertMedia": {"target": VM + "/Cd/Actions/InsertMedia"},
-                    "#VirtualMedia.EjectMedia": {"target": VM + "/Cd/Actions/EjectMedia"}}})
+                "@odata.id": VM + "/Cd", "Id": "Cd", "Name": "Virtual CD", "@odata.etag": ETAG,
+                "MediaTypes": ["CD", "DVD"], **media,
+                **(actions if self.state.get("actions", True) else {})})
             return
         self._json(200, {
             "VirtualMedia": {"@odata.id": VM},
@@ -158,6 +160,13 @@ class _SlowResetBmc(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
         if self.headers.get("If-Match") != ETAG:
             self._json(428, {"error": {"message": "If-Match required"}})
+            return
+        if self.path.startswith(VM):  # a BMC without the media actions: PATCH
+            posts, media = self.state["posts"], self.state["media"]
+            assert isinstance(posts, list) and isinstance(media, dict)
+            posts.append(("PATCH", body))
+            media.update(body)
+            self._json(200, {})
             return
         boot = self.state["boot"]
         assert isinstance(boot, dict)
@@ -235,5 +244,22 @@ def test_virtual_media_ejects_another_image_inserts_with_the_image_alone_and_rea
     driver.insert_virtual_media(url)
     assert state["posts"] == [("EjectMedia", {}), ("InsertMedia", {"Image": url})]
     assert state["media"] == {"Inserted": True, "Image": url}
+    driver.insert_virtual_media(url)
+    assert len(state["posts"]) == 2
+
+
+def test_virtual_media_without_the_actions_is_patched_and_a_name_only_image_is_left_in(
+        slow_reset_bmc):
+    """A BMC that lists no InsertMedia/EjectMedia action gets the PATCH (with If-Match);
+    one that reports the image by its file name alone is taken to hold it already."""
+    target, state = slow_reset_bmc
+    state["actions"] = False
+    url = "http://10.0.0.1/iso/installer.iso"
+    driver = bmc.make_driver(target)
+    driver.insert_virtual_media(url)
+    assert state["posts"] == [
+        ("PATCH", {"Image": None, "Inserted": False}),
+        ("PATCH", {"Image": url, "Inserted": True, "WriteProtected": True})]
+    state["media"] = {"Inserted": True, "Image": "installer.iso"}
     driver.insert_virtual_media(url)
     assert len(state["posts"]) == 2
