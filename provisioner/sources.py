@@ -67,6 +67,10 @@ CNI_MANIFESTS = {
 # Example" (docs.nvidia.com/networking/display/kubernetes2570) [P]; 25.4.x is end of life
 # (v25.10.0 "Life Cycle Management") [P].
 GPU_OPERATOR_CHART_VERSION = "v25.3.0"
+# The Kubernetes minors it supports: "Added support for Kubernetes v1.32 ... the minimum
+# supported Kubernetes versions has been updated to v1.29" (GPU Operator 25.3.0 release
+# notes, NVIDIA/cloud-native-docs PR #165) [S].
+GPU_OPERATOR_KUBERNETES = ((1, 29), (1, 32))
 NETWORK_OPERATOR_CHART_VERSION = "25.7.0"
 NETWORK_OPERATOR_COMPONENT_VERSION = "network-operator-v25.7.0"
 KUBE_VIP_IMAGE = "ghcr.io/kube-vip/kube-vip"

@@ -144,6 +144,8 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     _gpudirect_rdma(loaded, emit)
     _roce_host_priorities(sw, emit)
     _cni_tested(sw, emit)
+    if gpu_places:
+        _gpu_operator_supported(sw, emit)
     _mirror_architectures(loaded, emit)
     if drv is not None and drv.source == "canonical" and drv.version and sw.mirror is None:
         # Ubuntu's archive indexes one build of a package per pocket: an exact pin
@@ -230,6 +232,25 @@ def _cni_tested(sw: Software, emit: Emit) -> None:
              f"{'.'.join(k8s.version.split('.')[:2])}; {k8s.cni} {version} is used",
              f"check {k8s.cni}'s compatibility page for this minor, or pin a Kubernetes "
              "version it lists", severity=Severity.WARNING)
+
+
+def _gpu_operator_supported(sw: Software, emit: Emit) -> None:
+    """The GPU Operator chart is pinned whatever the Kubernetes minor (sources.py): one
+    outside the minors its release notes support is said."""
+    from provisioner.sources import GPU_OPERATOR_CHART_VERSION, GPU_OPERATOR_KUBERNETES
+
+    k8s = sw.kubernetes
+    if k8s is None:
+        return
+    minor = compat.version_tuple(k8s.version)[:2]
+    low, high = GPU_OPERATOR_KUBERNETES
+    if not low <= minor <= high:
+        emit("gpu-operator-unsupported", ("software", "kubernetes", "version"),
+             f"the GPU Operator {GPU_OPERATOR_CHART_VERSION} the project pins supports "
+             f"Kubernetes {low[0]}.{low[1]} to {high[0]}.{high[1]}, not "
+             f"{minor[0]}.{minor[1]}", "pin a Kubernetes version in that range, or check "
+             "the GPU Operator's platform support page before going on",
+             severity=Severity.WARNING)
 
 
 def _roce_host_priorities(sw: Software, emit: Emit) -> None:

@@ -132,3 +132,17 @@ def test_a_pod_cidr_with_fewer_node_ranges_than_nodes(tmp_path, cni, severity):
     wide = edited_example(tmp_path, EXAMPLE_K8S, EXAMPLE_K8S.replace(
         "cni: calico", f"cni: {cni}, pod_cidr: 10.244.0.0/20"), name="wide")
     assert not [f for f in check(load(wide)) if f.code.startswith("pod-cidr")]
+
+
+@pytest.mark.parametrize(("version", "said"), [("1.31.4", False), ("1.32.9", False),
+                                               ("1.34.2", True)])
+def test_validate_says_when_the_pinned_gpu_operator_does_not_support_the_minor(
+        tmp_path, version, said):
+    """The GPU Operator chart is pinned whatever the minor: 25.3.0 supports 1.29 to 1.32
+    (its release notes)."""
+    site = edited_example(tmp_path, EXAMPLE_K8S, EXAMPLE_K8S.replace("1.31.4", version))
+    hits = [f for f in check(load(site)) if f.code == "gpu-operator-unsupported"]
+    assert bool(hits) is said
+    if said:
+        assert hits[0].severity.value == "warning"
+        assert "supports Kubernetes 1.29 to 1.32, not 1.34" in hits[0].message
