@@ -134,18 +134,13 @@ def request_power(send: Callable[[], object], read: Callable[[], PowerState],
 
     A BMC can accept a request and never act on it ("lies"): the request is sent again after
     half the time, and the node fails with a timeout after all of it. A power request is
-    not idempotent (a second reset undoes the one-time boot the first one used), so one
-    that timed out or lost its connection, which the BMC may have carried out, is not sent
-    again at once: the state read back decides.
+    not idempotent (a second reset undoes the one-time boot the first one used): it is sent
+    with send_once, and the state read back decides.
     """
     start = time.monotonic()
     last = PowerState.UNKNOWN
     for attempt in range(2):
-        try:
-            send()
-        except (BmcTimeout, BmcUnreachable) as exc:
-            if not exc.transient:
-                raise
+        send_once(send)
         until = start + timeout_s / 2 if attempt == 0 else start + timeout_s
         last = poll_until(read, lambda state: state is target, until, interval_s=interval_s,
                           max_interval_s=max_interval_s, sleep=sleep)
@@ -153,6 +148,17 @@ def request_power(send: Callable[[], object], read: Callable[[], PowerState],
             return last
     raise BmcTimeout(f"{node}: asked for power {target.value} ({what}) twice; the BMC still "
                      f"reports {last.value} after {timeout_s:g} s")
+
+
+def send_once(send: Callable[[], object]) -> None:
+    """Send a request that is not safe to send twice (a reset, a media insert; `send`
+    retries only what `answered` allows). One that timed out or lost its connection may
+    have been carried out: it is not sent again, and the caller's read-back decides."""
+    try:
+        send()
+    except (BmcTimeout, BmcUnreachable) as exc:
+        if not exc.transient:
+            raise
 
 
 def answered(exc: BmcError) -> bool:

@@ -34,6 +34,7 @@ from provisioner.bmc.base import (
     answered,
     power_cycle,
     request_power,
+    send_once,
 )
 from provisioner.bmc.quirks import Quirks, quirks_for
 from provisioner.bmc.redfish_http import call_translated, json_body, open_connection
@@ -55,7 +56,7 @@ from provisioner.bmc.redfish_map import (
     reset_target,
 )
 from provisioner.bmc.retry import RetryPolicy, poll_until, retry
-from provisioner.errors import BmcError, BmcRefused, BmcTimeout, BmcUnreachable, BmcUnsupported
+from provisioner.errors import BmcError, BmcRefused, BmcUnsupported
 
 T = TypeVar("T")
 
@@ -341,22 +342,14 @@ class RedfishDriver:
         if mounted(media, image_url):
             return
         if media.get("Inserted") or media.get("Image"):
-            self.eject_virtual_media()
-        conn = self._connect()
+            self._eject(media)
         path = str(media["@odata.id"])
         if self._media_by_patch(media, "#VirtualMedia.InsertMedia"):
-            def insert() -> object:
-                _, etag = self._get_with_etag(path)
-                return conn.patch(path, data={"Image": image_url, "Inserted": True,
-                                              "WriteProtected": True}, etag=etag)
+            insert = self._patch_fresh(path, {"Image": image_url, "Inserted": True,
+                                              "WriteProtected": True})
         else:
-            device = self._call(lambda: VirtualMedia(conn, path))
-            insert = partial(device.insert_media, image_url)
-        try:
-            self._retry(insert, only=answered)
-        except (BmcTimeout, BmcUnreachable) as exc:
-            if not exc.transient:  # it may have been done: the read-back decides
-                raise
+            insert = partial(self._media_device(path).insert_media, image_url)
+        send_once(lambda: self._retry(insert, only=answered))
         got = poll_until(lambda: self._get(path), lambda m: mounted(m, image_url),
                          time.monotonic() + self.MEDIA_SETTLE_S,
                          interval_s=self.poll_interval_s, max_interval_s=5.0,
@@ -367,22 +360,34 @@ class RedfishDriver:
                              f"{got.get('Image')} after {self.MEDIA_SETTLE_S:g} s")
 
     def eject_virtual_media(self) -> None:
-        media = self._cd_media()
-        conn = self._connect()
+        self._eject(self._cd_media())
+
+    def _eject(self, media: JSON) -> None:
         path = str(media["@odata.id"])
         if self._media_by_patch(media, "#VirtualMedia.EjectMedia"):
-            _, etag = self._get_with_etag(path)
-            self._retry(lambda: conn.patch(path, data={"Image": None, "Inserted": False},
-                                           etag=etag))
+            self._retry(self._patch_fresh(path, {"Image": None, "Inserted": False}))
         else:  # sushy's eject also knows iLO's wish for an empty JSON body
-            device = self._call(lambda: VirtualMedia(conn, path))
-            self._retry(device.eject_media)
+            self._retry(self._media_device(path).eject_media)
 
     def _media_by_patch(self, media: JSON, action: str) -> bool:
         """PATCH the VirtualMedia resource where the quirk says so (Lenovo XCC) or the BMC
         lists no such action (sushy PATCHes only when the BMC answers `Allow: PATCH`)."""
         target = ((media.get("Actions") or {}).get(action) or {}).get("target")
         return self.quirks().virtual_media_via_patch or not target
+
+    def _media_device(self, path: str) -> VirtualMedia:
+        conn = self._connect()
+        return self._call(lambda: VirtualMedia(conn, path))
+
+    def _patch_fresh(self, path: str, data: JSON) -> Callable[[], object]:
+        """A PATCH of the resource with the ETag read just before it (again at each retry:
+        an ETag read before a refused attempt may be stale)."""
+        conn = self._connect()
+
+        def patch() -> object:
+            _, etag = self._get_with_etag(path)
+            return conn.patch(path, data=data, etag=etag)
+        return patch
 
     def close(self) -> None:
         root, self._root, self._conn = self._root, None, None
