@@ -35,6 +35,13 @@ DOCA_REPO = "https://linux.mellanox.com/public/repo/doca"
 DOCA_KEY = "https://linux.mellanox.com/public/repo/doca/GPG-KEY-Mellanox.pub"
 HELM_APT_REPO = "https://packages.buildkite.com/helm-linux/helm-debian/any/"
 HELM_APT_KEY = "https://packages.buildkite.com/helm-linux/helm-debian/gpgkey"
+# The Helm CLI on the first control plane, pinned like everything else: unpinned, a new
+# cluster got whatever the repository held newest that day (Helm 4, whose CLI renamed flags,
+# is out since November 2025) and an old one kept its first, and an air-gapped mirror could
+# not say which to hold. 3.22.0 is Helm 3's last minor release (helm/helm-www
+# PR #2245, 2026-09-10), with security fixes until 2027-02-10 (helm.sh blog "Helm 3 End of
+# Life"); the roles' helm commands are Helm 3's. [S]
+HELM_VERSION = "3.22.0"
 NVIDIA_CHARTS = "https://helm.ngc.nvidia.com/nvidia"
 CILIUM_CHARTS = "https://helm.cilium.io/"
 # Pinned CNI releases per Kubernetes minor: each release with the first and last minor its
@@ -162,6 +169,7 @@ def site_vars(sw: Software) -> dict[str, Any]:
         data |= {"kubernetes_repo_url": repo, "kubernetes_repo_key_url": repo + "Release.key",
                  "kubernetes_helm_apt_repo_url": HELM_APT_REPO,
                  "kubernetes_helm_apt_key_url": HELM_APT_KEY}
+    data["kubernetes_helm_version"] = HELM_VERSION
     charts = _base(src.helm_repo) if src.helm_repo else None
     data["kubernetes_helm_repo_url"] = charts or NVIDIA_CHARTS
     data["kubernetes_cilium_helm_repo_url"] = charts or CILIUM_CHARTS

@@ -99,7 +99,7 @@ STANDINS: tuple[tuple[str, StandIn], ...] = (
                            default_version="2.9.1")),
     (r"mlnx-ofed-kernel-utils", StandIn("-1", default_version="24.10.OFED.24.10.1.1.4.1")),
     (r"mlnx-tools", StandIn("-1", default_version="24.10.0")),
-    (r"helm", StandIn("-1", default_version="3.17.3")),
+    (r"helm", StandIn("-1")),  # at sources.HELM_VERSION (render.artifacts)
     # the machine's own kernel (profile.lab_kernel_headers): its version is not modelled
     (r"linux-headers-.+", StandIn("-1")),
     (r"(nvidia|cuda|libnvidia|doca|mlnx|nvlsm|libnvsdm).*", StandIn("-1")),

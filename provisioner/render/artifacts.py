@@ -99,7 +99,7 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
                 "kubernetes", k8s)
         control = [h for h in k8s if Role.CONTROL_PLANE in h.roles]
         if gpu or roce or cni == "cilium":  # helm runs on the first control plane only
-            add("package", "helm", "", "kubernetes", control[:1])
+            add("package", "helm", sources.HELM_VERSION, "kubernetes", control[:1])
         if sw.kubernetes.vip is not None:
             add("image", sources.KUBE_VIP_IMAGE, sources.KUBE_VIP_VERSION, "kubernetes",
                 control)

@@ -365,10 +365,30 @@ def test_swap_off_now_and_across_reboots():
     assert re.sub(rule["regexp"], py_repl, once, flags=re.M) == once  # idempotent
 
 
-def test_helm_is_installed_where_charts_are():
+def test_helm_is_installed_where_charts_are_at_its_pinned_version(tmp_path: Path) -> None:
     tasks = {t["name"]: t for t in _yaml(ROLE / "tasks/main.yml")}
-    assert tasks["Install Helm on the first control plane"]["ansible.builtin.apt"]["name"] == "helm"
+    install = tasks["Install Helm on the first control plane"]["ansible.builtin.apt"]
+    # render pins it (an unpinned helm was the repository's newest: Helm 4 on a new
+    # cluster, whatever an old one had), and render --artifacts lists the same version
+    loaded = load(EXAMPLE)
+    gv = _yaml(render.render(loaded, tmp_path / "o").out / "inventory/group_vars/all.yml")
+    assert gv["kubernetes_helm_version"] == sources.HELM_VERSION
+    assert ("helm", sources.HELM_VERSION) in {
+        (i["name"], i["version"]) for i in render.artifacts(loaded) if i["kind"] == "package"}
+    assert ansible_eval(install["name"], kubernetes_helm_version=gv["kubernetes_helm_version"]
+                        ) == f"helm={sources.HELM_VERSION}-*"
+    assert ansible_eval(install["name"], kubernetes_helm_version="") == "helm"
+    assert install["allow_downgrade"] is False
     names = list(tasks)
+    # a hand-written helm-stable-debian.list is set aside on the host helm runs on, before
+    # the role's own entry is added
+    aside = tasks["Set aside other entries for the helm repository (a duplicate stops apt)"]
+    assert aside["ansible.builtin.include_role"]["tasks_from"] == "other_sources.yml"
+    assert aside["ansible.builtin.include_role"]["apply"]["delegate_to"] == \
+        tasks["Add the Helm package repository"]["delegate_to"]
+    assert aside["run_once"] is True
+    assert names.index(aside["name"]) < names.index("Add the Helm package repository") \
+        < names.index("Install Helm on the first control plane")
     assert names.index("Install Helm on the first control plane") < names.index(
         "Install the GPU Operator, keeping the host-installed driver and toolkit")
     # a chart pinned after the repository was added is found: the index is read again
