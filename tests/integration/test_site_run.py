@@ -133,7 +133,8 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     # what a lab host cannot do (a GPU, a cluster, the kernel, an init system) is skipped by
     # tag: it never runs, and nothing runs in check mode
     ran = {e.task for e in first.events}
-    assert not ran & {"Read the driver version every GPU reports", "Health gate - dcgmi diag",
+    assert not ran & {"Read the driver version, persistence mode and model every GPU reports",
+                      "Health gate - dcgmi diag",
                       "Check every GPU is visible at the pinned driver",
                       "Initialise the first control plane",
                       "Initialise the cluster and join the further control planes and workers",

@@ -450,28 +450,69 @@ def test_fabric_manager_or_imex_restarts_when_its_package_moved():
     assert install["register"] == "fabric_manager_install"
 
 
+H100 = "NVIDIA H100 80GB HBM3"
+GPUS = "tasks/gpus.yml"
+GPU_CHECK = "Verify GPU count, model, driver version and persistence mode"
+
+
+def _gpu_check(lines: list[str], model: str = "H100", version: str = "570.124.06",
+               persistence: bool = True) -> tuple[bool, str]:
+    """node_verify's GPU assert over these nvidia-smi lines: (holds, its message)."""
+    task = role_task("node_verify", GPU_CHECK, file=GPUS)
+    ctx: dict[str, Any] = {"node_verify_gpus": {"stdout_lines": lines}, "node_verify_gpu_count": 8,
+                           "node_verify_gpu_model": model, "node_verify_driver_version": version,
+                           "node_verify_driver_branch": "570",
+                           "node_verify_persistence_mode": persistence,
+                           "inventory_hostname": "gpu01"}
+    for name, expr in task["vars"].items():
+        ctx[name] = ansible_eval(expr, **ctx)
+    ok = all(holds(c, **ctx) for c in task["ansible.builtin.assert"]["that"])
+    return ok, ansible_eval(task["ansible.builtin.assert"]["fail_msg"], **ctx)
+
+
 @pytest.mark.parametrize(("lines", "persistence", "ok"), [
-    (["570.124.06, Enabled"] * 8, True, True),
-    (["570.124.06, Enabled"] * 7 + ["570.124.06, Disabled"], True, False),
-    (["570.124.06, Disabled"] * 8, False, True),  # the site turned it off
-    (["570.124.06, Enabled"] * 7, True, False),  # a GPU fell off the bus
-    (["570.133.20, Enabled"] * 8, True, False)])
+    ([f"570.124.06, Enabled, {H100}"] * 8, True, True),
+    ([f"570.124.06, Enabled, {H100}"] * 7 + [f"570.124.06, Disabled, {H100}"], True, False),
+    ([f"570.124.06, Disabled, {H100}"] * 8, False, True),  # the site turned it off
+    ([f"570.124.06, Enabled, {H100}"] * 7, True, False),  # a GPU fell off the bus
+    ([f"570.133.20, Enabled, {H100}"] * 8, True, False)])
 def test_node_verify_checks_gpu_count_driver_and_persistence_mode(lines, persistence, ok):
     """A node is ready only with every GPU at the pinned driver and, where the site keeps
     it on (the default), in persistence mode: the daemon is a static unit udev starts, so
     one that stopped would otherwise pass unseen."""
-    task = role_task("node_verify", "Verify GPU count, driver version and persistence mode")
-    ctx: dict[str, Any] = {"node_verify_gpus": {"stdout_lines": lines},
-                           "node_verify_gpu_count": 8,
-                           "node_verify_driver_version": "570.124.06",
-                           "node_verify_driver_branch": "570",
-                           "node_verify_persistence_mode": persistence}
-    for name, expr in task["vars"].items():
-        ctx[name] = ansible_eval(expr, **ctx)
-    assert all(holds(c, **ctx) for c in task["ansible.builtin.assert"]["that"]) is ok
+    holds_, msg = _gpu_check(lines, persistence=persistence)
+    assert holds_ is ok
+    assert "nvidia-smi reports" in msg and "GPUs" in msg
+
+
+@pytest.mark.parametrize(("model", "name", "ok"), [
+    ("H100", H100, True), ("H100", "NVIDIA H200", False), ("A100", "NVIDIA A100-SXM4-80GB", True),
+    ("V100", "Tesla V100-SXM2-32GB", True), ("B200", "NVIDIA B200", True),
+    ("B200", "NVIDIA GB200", False), ("GB200", "NVIDIA GB200", True),
+    ("H100", "NVIDIA H1000", False), ("", "NVIDIA H200", True)])  # no block model: unchecked
+def test_node_verify_checks_the_gpu_model_the_block_declares(model, name, ok):
+    """A server under the wrong block (an H200 board in an H100 block) passed every check
+    with the other block's driver, power and fabric settings: the model is the block's, a
+    whole word of nvidia-smi's name."""
+    holds_, msg = _gpu_check([f"570.124.06, Enabled, {name}"] * 8, model=model)
+    assert holds_ is ok
     if not ok:
-        assert "nvidia-smi reports" in ansible_eval(task["ansible.builtin.assert"]["fail_msg"],
-                                                    **ctx)
+        assert f"expected 8 {model} GPUs" in msg and name in msg
+        assert "a block of another model is declared for this server" in msg
+
+
+def test_the_driver_role_checks_the_gpus_with_node_verifys_own_tasks():
+    """One check after an install and before ready: the driver role runs node_verify's GPU
+    tasks with its own settings (no second assert kept in step)."""
+    task = role_task("nvidia_driver", "Check every GPU is visible at the pinned driver",
+                     file="tasks/install.yml")
+    assert task["ansible.builtin.include_role"] == {
+        "name": "node_verify", "tasks_from": "gpus.yml", "apply": {"tags": ["needs_gpu"]}}
+    assert task["vars"]["node_verify_gpu_count"] == "{{ nvidia_driver_gpu_count }}"
+    assert task["vars"]["node_verify_driver_version"] == "{{ nvidia_driver_version }}"
+    names = [t["name"] for t in yaml.safe_load(
+        (ROOT / "roles/nvidia_driver/tasks/install.yml").read_text())]
+    assert names.index("Keep the persistence daemon running") < names.index(task["name"])
 
 
 def _nvidia_smi_q(*fabric: tuple[str, str]) -> str:
@@ -563,26 +604,13 @@ def test_a_fabric_manager_that_failed_stops_the_wait_and_the_run_shows_its_journ
 
 
 @pytest.mark.parametrize(("smi", "ok"), [("570.172.08", True), ("580.82.07", False)])
-def test_a_driver_of_another_branch_fails_both_checks_where_no_version_is_pinned(smi, ok):
+def test_a_driver_of_another_branch_fails_the_check_where_no_version_is_pinned(smi, ok):
     """Canonical turns a retired branch's packages into transitional ones that pull in the
-    next branch: a site pinning branch 570 alone got 580, and both checks compared only a
+    next branch: a site pinning branch 570 alone got 580, and the check compared only a
     pinned version, so it passed."""
-    task = role_task("node_verify", "Verify GPU count, driver version and persistence mode")
-    ctx: dict[str, Any] = {"node_verify_gpus": {"stdout_lines": [f"{smi}, Enabled"] * 8},
-                           "node_verify_gpu_count": 8, "node_verify_driver_version": "",
-                           "node_verify_driver_branch": "570",
-                           "node_verify_persistence_mode": True}
-    for name, expr in task["vars"].items():
-        ctx[name] = ansible_eval(expr, **ctx)
-    assert all(holds(c, **ctx) for c in task["ansible.builtin.assert"]["that"]) is ok
-    assert "GPUs at driver branch 570 " in ansible_eval(
-        task["ansible.builtin.assert"]["fail_msg"], **ctx)
-    own = role_task("nvidia_driver", "Check every GPU is visible at the pinned driver",
-                    file="tasks/install.yml")
-    lines = [f"{smi}, NVIDIA H100 80GB HBM3"] * 8
-    assert all(holds(c, nvidia_driver_smi={"stdout_lines": lines}, nvidia_driver_gpu_count=8,
-                     nvidia_driver_version="", nvidia_driver_branch=570)
-               for c in own["ansible.builtin.assert"]["that"]) is ok
+    holds_, msg = _gpu_check([f"{smi}, Enabled, {H100}"] * 8, version="")
+    assert holds_ is ok
+    assert "GPUs at driver branch 570 " in msg
 
 
 def test_imex_nodes_load_the_driver_with_channel0_and_the_role_checks_it():
