@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -21,7 +22,15 @@ from provisioner import payload, render
 from provisioner.inventory import load
 from provisioner.inventory.loader import shipped_catalog
 from provisioner.inventory.software_models import Software
-from tests.conftest import FIXTURES, ROOT, ansible_eval, edited_example, holds, role_task
+from tests.conftest import (
+    FIXTURES,
+    ROOT,
+    ansible_eval,
+    edited_example,
+    holds,
+    role_task,
+    role_template,
+)
 
 SITES = FIXTURES / "sites"
 GOLDEN = ROOT / "tests" / "golden" / "payload" / "packages.yml"
@@ -635,3 +644,25 @@ def test_imex_nodes_load_the_driver_with_channel0_and_the_role_checks_it():
         assert holds(check["ansible.builtin.assert"]["that"],
                      fabric_manager_imex_channel={"stat": stat}) is ok
     assert check["tags"] == ["needs_gpu"]
+
+
+def test_roce_qos_is_enabled_at_boot_by_a_task_whatever_the_qos_handler_does():
+    """The QoS handler fails where a port is still in InfiniBand mode, and a failed handler
+    ends the host's handlers: an enable notified beside it never ran, and the next run (the
+    unit unchanged) notified nothing, so QoS was lost at every boot."""
+    handlers = [h["name"] for h in yaml.safe_load(
+        (ROOT / "roles/roce_host/handlers/main.yml").read_text())]
+    assert "Enable RoCE QoS at boot" not in handlers
+    tasks = yaml.safe_load((ROOT / "roles/roce_host/tasks/main.yml").read_text())
+    names = [t["name"] for t in tasks]
+    unit = tasks[names.index("Apply RoCE QoS at every boot")]
+    enable = tasks[names.index("Apply RoCE QoS at every boot") + 1]
+    assert enable["name"] == "Enable RoCE QoS at boot"
+    assert enable["ansible.builtin.systemd_service"]["enabled"] is True
+    assert enable["ansible.builtin.systemd_service"]["name"] == Path(
+        unit["ansible.builtin.template"]["dest"]).name
+    assert ansible_eval(enable["ansible.builtin.systemd_service"]["daemon_reload"],
+                        roce_host_unit={"changed": True}) is True
+    assert "when" not in enable and "notify" not in unit
+    service = role_template("roce_host", "provisioner-roce-qos.service.j2")
+    assert "After=network-online.target openibd.service" in service
