@@ -7,6 +7,7 @@ review the diff like code). The facts each list rests on are cited in provisione
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shutil
@@ -288,6 +289,33 @@ def test_upgrade_gate_checks_imex_on_gb200_trays_too():
     assert not on(provisioner_nvswitch=False, provisioner_imex=False)
     assert ansible_eval(defaults["upgrade_gate_fabric_manager_package"],
                         fabric_manager_packages=list(p.fabric)) == "nvidia-imex"
+
+
+@pytest.mark.parametrize(("installed", "running", "pinned", "ok"), [
+    ("570.124.06-1", "570.124.06", "570.124.06", True),
+    ("570.124.06-0ubuntu0.22.04.1", "570.124.06", "", True),  # Canonical's, branch pinned
+    ("1:580.82.07-1", "580.82.07", "", True),
+    ("570.124.06-1", "570.133.20", "", False),  # a branch alone pinned: compared all the same
+    ("570.124.06-1", "570.124.06", "570.133.20", False),  # not the bundle's
+    ("570.124.060-1", "570.124.06", "", False)])
+def test_upgrade_gate_compares_fabric_manager_with_the_running_driver(
+        installed, running, pinned, ok):
+    """With a driver branch alone pinned the expected version was "", and every fabric
+    manager started with it: the gate compares the package with the loaded module."""
+    task = role_task("upgrade_gate", "Verify fabric manager (or IMEX) is at the running "
+                     "driver's version")
+    ctx: dict[str, Any] = {"upgrade_gate_fm": {"stdout": installed},
+                           "upgrade_gate_driver": {"content": base64.b64encode(
+                               f"{running}\n".encode()).decode()},
+                           "upgrade_gate_fabric_manager_version": pinned,
+                           "upgrade_gate_fabric_manager_package": "nvidia-fabricmanager-570"}
+    for name, expr in task["vars"].items():
+        ctx[name] = ansible_eval(expr, **ctx)
+    assert all(holds(c, **ctx) for c in task["ansible.builtin.assert"]["that"]) is ok
+    msg = ansible_eval(task["ansible.builtin.assert"]["fail_msg"], **ctx)
+    assert f"the running driver {running}" in msg
+    read = role_task("upgrade_gate", "Read the running driver's version")
+    assert read["ansible.builtin.slurp"]["src"] == "/sys/module/nvidia/version"
 
 
 @pytest.mark.parametrize("case", ["dgx-h100/nvidia-580", "dgx-b200/nvidia-580"])
