@@ -335,10 +335,17 @@ def _cuda(loaded: LoadedSite, emit: Emit, cuda: str, branch: str, version: str |
         emit("cuda-unknown", path, f"CUDA {cuda} is older than every release this tool knows",
              severity=Severity.WARNING)
         return
-    if compat.cuda_key(cuda) > compat.newest_cuda_listed() and not exact:
+    key = compat.cuda_key(cuda)
+    if key > compat.newest_cuda_listed() and not exact:
         emit("cuda-unknown", path,
              f"CUDA {cuda} is newer than the releases this tool knows; checked against "
              f"{minimum} as a lower bound only", severity=Severity.WARNING)
+    elif (*key[:2], 0) not in compat.CUDA_MIN_DRIVER:  # a release the table lacks (12.3)
+        emit("cuda-unknown", path,
+             f"CUDA {key[0]}.{key[1]} is not among the releases this tool knows; checked "
+             f"against {minimum}, an older release's minimum, as a lower bound only",
+             "check its minimum driver in the CUDA release notes (Table 3)",
+             severity=Severity.WARNING)
     pinned = version or branch
     ok = (compat.driver_satisfies(version, minimum) if version
           else int(branch) >= compat.version_tuple(minimum)[0])

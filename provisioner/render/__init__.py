@@ -155,7 +155,8 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
         data |= {"fabric_manager_version": fm_version,
                  "fabric_manager_enabled": sw.fabric_manager.enabled is not False}
     if sw.cuda:
-        # The role's own table (roles/cuda_toolkit/vars) decides the minimum driver.
+        # The role's own table (roles/cuda_toolkit/vars) decides the minimum driver, by
+        # compat.cuda_min_driver's rule, so a project run by hand is checked too.
         data["cuda_toolkit_version"] = sw.cuda
     if sw.kubernetes:
         k = sw.kubernetes

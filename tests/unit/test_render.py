@@ -16,7 +16,8 @@ import yaml
 from provisioner import render, roce
 from provisioner.errors import RenderError
 from provisioner.inventory import compat, load
-from tests.conftest import EXAMPLE, FIXTURES, ROOT
+from provisioner.inventory.checks import check
+from tests.conftest import EXAMPLE, FIXTURES, ROOT, ansible_eval, edited_example
 
 SITES = FIXTURES / "sites"
 GOLDEN = ROOT / "tests" / "golden"
@@ -100,9 +101,23 @@ def test_render_refuses_a_non_render_directory(tmp_path):
 def test_cuda_table_in_the_role_equals_the_tools():
     role_vars = yaml.safe_load((ROOT / "roles/cuda_toolkit/vars/main.yml").read_text())
     table = role_vars["cuda_toolkit_min_driver_table"]
-    expected = {(".".join(map(str, k[:2])) + (f".{k[2]}" if k[2] else "")): v
-                for k, v in compat.CUDA_MIN_DRIVER.items()}
+    expected = [[".".join(map(str, k[:2])) + (f".{k[2]}" if k[2] else ""), v]
+                for k, v in sorted(compat.CUDA_MIN_DRIVER.items(), reverse=True)]
     assert table == expected
+
+
+@pytest.mark.parametrize("cuda", ["12.8", "12.8.1", "12.8.2", "12.3", "12.1", "13.0", "13.7",
+                                  "11.8", "12.4.1", "12.10"])
+def test_the_roles_minimum_driver_is_the_tools_for_any_cuda(cuda):
+    """A release the table lacks (12.3) found no entry in the role, which then refused it
+    ("an unknown version") while validate checked it against 12.2's: one rule for both."""
+    role_vars = yaml.safe_load((ROOT / "roles/cuda_toolkit/vars/main.yml").read_text())
+    got = ansible_eval(role_vars["cuda_toolkit_min_driver"], cuda_toolkit_version=cuda,
+                       cuda_toolkit_min_driver_table=role_vars["cuda_toolkit_min_driver_table"])
+    assert got == compat.cuda_min_driver(cuda)[0]
+    assert ansible_eval(role_vars["cuda_toolkit_min_driver"], cuda_toolkit_version="11.7",
+                        cuda_toolkit_min_driver_table=role_vars[
+                            "cuda_toolkit_min_driver_table"]) == ""
 
 
 def test_artifacts_list_what_roles_fetch(tmp_path):
@@ -140,3 +155,15 @@ def test_roce_values_derived_from_dscp():
     assert roce.tos(26) == 106
     assert roce.pfc_vector(3) == "0,0,0,1,0,0,0,0"
     assert render.group_name("rack", "R-01") == "rack_r_01"
+
+
+@pytest.mark.parametrize(("cuda", "said"), [("12.8", False), ("12.8.1", False), ("12.3", True),
+                                            ("13.7", True)])
+def test_validate_warns_of_a_cuda_release_the_table_lacks(tmp_path, cuda, said):
+    """12.3 was checked against 12.2's minimum in silence: that is a lower bound only."""
+    site = edited_example(tmp_path, 'cuda: "12.8"', f'cuda: "{cuda}"')
+    hits = [f for f in check(load(site)) if f.code == "cuda-unknown"]
+    assert bool(hits) is said
+    if said:
+        assert hits[0].severity.value == "warning" and "as a lower bound only" in \
+            hits[0].message
