@@ -207,7 +207,7 @@ def test_nvswitch_order_driver_then_fabric_manager_running_then_dcgm_gate():
                       "enabled at boot") < dcgm.index("Wait for the DCGM host engine to answer")
     assert dcgm.index("Wait for the DCGM host engine to answer") < dcgm.index(
         "Check fabric manager (or IMEX) is active before the diagnostic") < \
-        dcgm.index("Health gate - dcgmi diag")
+        dcgm.index("Run the DCGM diagnostic as a health gate")
     # the engine is a simple unit: systemd says started before it listens, so both gates
     # retry an answer from it first (the upgrade's through the same task file)
     wait = role_task("dcgm", "Wait for the DCGM host engine to answer",

@@ -184,17 +184,58 @@ def test_a_containerd_the_kubelet_cannot_use_or_the_mirror_default_is_refused(
 
 def test_the_upgrade_gate_fails_a_diagnostic_as_the_install_gate_does():
     """A DCGM diagnostic that reports Fail fails the node in both gates, whatever its exit
-    code (the upgrade's gate used to read the exit code only)."""
-    def diag_fails(role: str) -> list[bool]:
-        task = next(t for t in yaml.safe_load((ROOT / f"roles/{role}/tasks/main.yml")
-                                              .read_text())
-                    if "diag" in str(t.get("ansible.builtin.command", "")))
-        reg, cond = task["register"], task["failed_when"]
-        return [holds(cond, **{reg: {"rc": rc, "stdout": out}})
-                for rc, out in ((0, "| Memory | Pass |"), (0, "| Memory | Fail - GPU 3 |"),
-                                (226, "| Memory | Fail |"), (1, ""))]
+    code (the upgrade's gate used to read the exit code only): both run dcgm's diag.yml."""
+    diag = role_task("dcgm", "Health gate - dcgmi diag", file="tasks/diag.yml")
+    reg, cond = diag["register"], diag["failed_when"]
+    assert [holds(cond, **{reg: {"rc": rc, "stdout": out}})
+            for rc, out in ((0, "| Memory | Pass |"), (0, "| Memory | Fail - GPU 3 |"),
+                            (226, "| Memory | Fail |"), (1, ""))] == [False, True, True, True]
+    assert role_task("dcgm", "Run the DCGM diagnostic as a health gate")[
+        "ansible.builtin.import_tasks"] == "diag.yml"
+    gate = role_task("upgrade_gate", "Run the DCGM diagnostic at the configured level")
+    assert gate["ansible.builtin.include_role"]["tasks_from"] == "diag.yml"
+    assert gate["vars"]["dcgm_diag_run_level"] == "{{ upgrade_gate_dcgm_level }}"
 
-    assert diag_fails("dcgm") == diag_fails("upgrade_gate") == [False, True, True, True]
+
+@pytest.mark.parametrize(("lines", "runs"), [
+    (["0, Disabled", "1, Disabled"], True),
+    (["0, [N/A]"] * 8, True),  # V100: no MIG
+    (["0, Enabled", "1, Disabled"], False)])
+def test_the_diagnostic_is_not_run_on_gpus_in_mig_mode_and_says_so(lines, runs):
+    """DCGM refuses a GPU in MIG mode (NVIDIA/DCGM#31): a partitioned node failed every run
+    of up and every upgrade round."""
+    defaults = yaml.safe_load((ROOT / "roles/dcgm/defaults/main.yml").read_text())
+    mig = ansible_eval(defaults["dcgm_mig_gpus"], dcgm_mig={"stdout_lines": lines})
+    diag = role_task("dcgm", "Health gate - dcgmi diag", file="tasks/diag.yml")
+    said = role_task("dcgm", "Say so when the diagnostic cannot run (GPUs in MIG mode)",
+                     file="tasks/diag.yml")
+    assert holds(diag["when"], dcgm_mig_gpus=mig) is runs
+    assert holds(said["when"], dcgm_mig_gpus=mig) is not runs
+    if not runs:
+        assert "(GPU 0)" in ansible_eval(said["ansible.builtin.debug"]["msg"],
+                                         dcgm_mig_gpus=mig, dcgm_diag_run_level=3)
+
+
+@pytest.mark.parametrize(("passed", "site", "level"), [
+    (None, 3, 3),  # never passed: the site's level (a new node, its burn-in)
+    ("3\n", 3, 1),  # passed it once: up on a node that may be in service runs level 1
+    ("1\n", 3, 3),  # the site raised its level since
+    ("3\n", 1, 1)])
+def test_the_install_gate_runs_the_sites_level_until_a_node_passed_it(passed, site, level):
+    """Level 3 is about 15 minutes of full GPU load, and `provision up` runs on nodes in
+    service: a node runs the site's level until it passes it once."""
+    defaults = yaml.safe_load((ROOT / "roles/dcgm/defaults/main.yml").read_text())
+    read = {"content": base64.b64encode(passed.encode()).decode()} if passed else {
+        "failed": True, "msg": "file not found"}
+    got = ansible_eval(defaults["dcgm_diag_run_level"], dcgm_diag_passed=read,
+                       dcgm_diag_level=site)
+    assert int(got) == level
+    record = role_task("dcgm", "Record that this node passed the site's diagnostic level")
+    assert record["ansible.builtin.copy"]["dest"] == "{{ dcgm_diag_passed_file }}"
+    assert holds(record["when"], dcgm_diag={"changed": False}, dcgm_diag_run_level=got,
+                 dcgm_diag_level=site) is (level == site)
+    assert not holds(record["when"], dcgm_diag={"skipped": True}, dcgm_diag_run_level=site,
+                     dcgm_diag_level=site)
 
 
 def test_the_mirror_suites_are_named_once_and_only_with_a_mirror(tmp_path):
