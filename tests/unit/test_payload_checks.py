@@ -198,9 +198,9 @@ def test_the_upgrade_gate_fails_a_diagnostic_as_the_install_gate_does():
 
 
 @pytest.mark.parametrize(("lines", "runs"), [
-    (["0, Disabled", "1, Disabled"], True),
-    (["0, [N/A]"] * 8, True),  # V100: no MIG
-    (["0, Enabled", "1, Disabled"], False)])
+    (["0, Disabled, GPU-a", "1, Disabled, GPU-b"], True),
+    (["0, [N/A], GPU-a"] * 8, True),  # V100: no MIG
+    (["0, Enabled, GPU-a", "1, Disabled, GPU-b"], False)])
 def test_the_diagnostic_is_not_run_on_gpus_in_mig_mode_and_says_so(lines, runs):
     """DCGM refuses a GPU in MIG mode (NVIDIA/DCGM#31): a partitioned node failed every run
     of up and every upgrade round."""
@@ -216,22 +216,33 @@ def test_the_diagnostic_is_not_run_on_gpus_in_mig_mode_and_says_so(lines, runs):
                                          dcgm_mig_gpus=mig, dcgm_diag_run_level=3)
 
 
+GPUS_NOW = ["0, Disabled, GPU-aaa", "1, Disabled, GPU-bbb"]
+
+
 @pytest.mark.parametrize(("passed", "site", "level"), [
     (None, 3, 3),  # never passed: the site's level (a new node, its burn-in)
-    ("3\n", 3, 1),  # passed it once: up on a node that may be in service runs level 1
-    ("1\n", 3, 3),  # the site raised its level since
-    ("3\n", 1, 1)])
-def test_the_install_gate_runs_the_sites_level_until_a_node_passed_it(passed, site, level):
+    ("3 GPU-aaa,GPU-bbb\n", 3, 1),  # passed it once: up on a node in service runs level 1
+    ("1 GPU-aaa,GPU-bbb\n", 3, 3),  # the site raised its level since
+    ("3 GPU-aaa,GPU-ccc\n", 3, 3),  # a GPU was replaced since: diagnosed again
+    ("3\n", 3, 3),  # a record without the GPUs
+    ("3 GPU-aaa,GPU-bbb\n", 1, 1)])
+def test_the_install_gate_runs_the_sites_level_until_a_nodes_gpus_passed_it(
+        passed, site, level):
     """Level 3 is about 15 minutes of full GPU load, and `provision up` runs on nodes in
-    service: a node runs the site's level until it passes it once."""
+    service: a node runs the site's level until its GPUs pass it once."""
     defaults = yaml.safe_load((ROOT / "roles/dcgm/defaults/main.yml").read_text())
     read = {"content": base64.b64encode(passed.encode()).decode()} if passed else {
         "failed": True, "msg": "file not found"}
-    got = ansible_eval(defaults["dcgm_diag_run_level"], dcgm_diag_passed=read,
-                       dcgm_diag_level=site)
+    ctx = {"dcgm_diag_passed": read, "dcgm_diag_level": site,
+           "dcgm_mig": {"stdout_lines": GPUS_NOW}}
+    ctx["dcgm_gpu_uuids"] = ansible_eval(defaults["dcgm_gpu_uuids"], **ctx)
+    ctx["dcgm_diag_passed_record"] = ansible_eval(defaults["dcgm_diag_passed_record"], **ctx)
+    got = ansible_eval(defaults["dcgm_diag_run_level"], **ctx)
     assert int(got) == level
     record = role_task("dcgm", "Record that this node passed the site's diagnostic level")
     assert record["ansible.builtin.copy"]["dest"] == "{{ dcgm_diag_passed_file }}"
+    assert ansible_eval(record["ansible.builtin.copy"]["content"], **ctx) == \
+        f"{site} GPU-aaa,GPU-bbb\n"
     assert holds(record["when"], dcgm_diag={"changed": False}, dcgm_diag_run_level=got,
                  dcgm_diag_level=site) is (level == site)
     assert not holds(record["when"], dcgm_diag={"skipped": True}, dcgm_diag_run_level=site,
