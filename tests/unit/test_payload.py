@@ -526,7 +526,8 @@ def test_node_verify_checks_gpu_count_driver_and_persistence_mode(lines, persist
     ("H100", H100, True), ("H100", "NVIDIA H200", False), ("A100", "NVIDIA A100-SXM4-80GB", True),
     ("V100", "Tesla V100-SXM2-32GB", True), ("B200", "NVIDIA B200", True),
     ("B200", "NVIDIA GB200", False), ("GB200", "NVIDIA GB200", True),
-    ("H100", "NVIDIA H1000", False), ("", "NVIDIA H200", True)])  # no block model: unchecked
+    ("H100", "NVIDIA H1000", False), ("h100", H100, True),  # a site's own block, lower case
+    ("", "NVIDIA H200", True)])  # no block model: unchecked
 def test_node_verify_checks_the_gpu_model_the_block_declares(model, name, ok):
     """A server under the wrong block (an H200 board in an H100 block) passed every check
     with the other block's driver, power and fabric settings: the model is the block's, a
