@@ -378,7 +378,19 @@ def test_helm_is_installed_where_charts_are_at_its_pinned_version(tmp_path: Path
     assert ansible_eval(install["name"], kubernetes_helm_version=gv["kubernetes_helm_version"]
                         ) == f"helm={sources.HELM_VERSION}-*"
     assert ansible_eval(install["name"], kubernetes_helm_version="") == "helm"
-    assert install["allow_downgrade"] is False
+    # a newer Helm already there (Helm 4, an admin's) is kept and said, not downgraded (apt
+    # refuses a downgrade at every run) nor reinstalled
+    newer = _yaml(ROLE / "vars/main.yml")["kubernetes_helm_newer"]
+    for installed, rc, is_newer in (("4.3.0-1", 0, True), ("3.22.1-1", 0, True),
+                                    ("3.22.0-1", 0, False), ("3.19.2-1", 0, False),
+                                    ("", 1, False)):
+        assert ansible_eval(newer, kubernetes_helm_version=sources.HELM_VERSION,
+                            kubernetes_helm_installed={"rc": rc, "stdout": installed}
+                            ) is is_newer, installed
+    said = tasks["Say so when the first control plane keeps a Helm newer than the pin"]
+    assert "kubernetes_helm_newer" in said["when"]
+    assert "not kubernetes_helm_newer" in tasks["Install Helm on the first control plane"][
+        "when"]
     names = list(tasks)
     # a hand-written helm-stable-debian.list is set aside on the host helm runs on, before
     # the role's own entry is added
