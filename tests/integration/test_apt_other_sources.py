@@ -27,7 +27,7 @@ PLAY = """
         name: base_os
         tasks_from: other_sources.yml
       vars:
-        base_os_repo_name: nvidia-cuda
+        base_os_repo_name: "{{ name }}"
         base_os_repo_uri: "{{ uri }}"
 """
 SOURCES = {
@@ -50,11 +50,12 @@ def apt_reads(sources: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]
          "indextargets", "--no-release-info"], capture_output=True, text=True, check=False)
 
 
-def play(tmp_path: Path, sources: Path) -> subprocess.CompletedProcess[str]:
+def play(tmp_path: Path, sources: Path, uri: str = CUDA, name: str = "nvidia-cuda"
+         ) -> subprocess.CompletedProcess[str]:
     (tmp_path / "play.yml").write_text(PLAY)
     return subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "play.yml",
-         "-e", f"uri={CUDA}", "-e", f"base_os_apt_sources_dir={sources}",
+         "-e", f"uri={uri}", "-e", f"name={name}", "-e", f"base_os_apt_sources_dir={sources}",
          "-e", f"ansible_python_interpreter={sys.executable}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
         env={"PATH": f"{BIN}:/usr/bin:/bin", "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
@@ -81,3 +82,34 @@ def test_other_entries_for_the_repository_are_set_aside_and_apt_reads_its_source
 
     again = play(tmp_path, sources)
     assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-3000:]
+
+
+TOOLKIT = "https://nvidia.github.io/libnvidia-container/stable/deb/amd64/"
+
+
+def test_the_toolkits_own_arch_entry_is_the_same_source_and_is_set_aside(tmp_path: Path) -> None:
+    """NVIDIA's install guide writes the toolkit's list with $(ARCH), which apt substitutes:
+    the same source as the role's .../deb/amd64/ under another Signed-By. A match on the
+    role's literal URI missed it, and apt refused every source."""
+    sources = tmp_path / "sources.list.d"
+    sources.mkdir()
+    (sources / "nvidia-container-toolkit.list").write_text(
+        "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
+        "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /\n")
+    (sources / "nvidia-container-toolkit.sources").write_text(
+        f"Types: deb\nURIs: {TOOLKIT}\nSuites: /\n"
+        "Signed-By: /etc/apt/keyrings/nvidia-container-toolkit.asc\n")
+    # another architecture's directory is another source: left alone
+    (sources / "arm64-toolkit.list").write_text(
+        "deb [signed-by=/usr/share/keyrings/other.gpg] "
+        "https://nvidia.github.io/libnvidia-container/stable/deb/arm64 /\n")
+    before = apt_reads(sources, tmp_path)
+    assert before.returncode != 0 and "Conflicting values set for option Signed-By" in (
+        before.stderr), before.stderr
+    ran = play(tmp_path, sources, uri=TOOLKIT, name="nvidia-container-toolkit")
+    assert ran.returncode == 0, ran.stdout[-3000:]
+    assert sorted(p.name for p in sources.iterdir()) == [
+        "arm64-toolkit.list", "nvidia-container-toolkit.list.provisioner.disabled",
+        "nvidia-container-toolkit.sources"]
+    after = apt_reads(sources, tmp_path)
+    assert after.returncode == 0 and TOOLKIT.rstrip("/") in after.stdout, after.stderr
