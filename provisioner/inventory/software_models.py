@@ -168,8 +168,9 @@ class Software(Model):
         default=None, description="the mirror arm64 (Grace) nodes use: a mirror of Ubuntu's "
         "ports archive (default: software.mirror)")
     mirror_key: LocalPath | None = Field(
-        default=None, description="the mirror's signing key (armored .asc or binary .gpg, "
-        "relative to the site directory): apt verifies the mirror through signed-by")
+        default=None, description="the mirror's signing key (armored or binary, rendered "
+        ".asc or .gpg by what it holds; relative to the site directory): apt verifies the "
+        "mirror through signed-by")
     # An air-gapped site's HTTPS mirror, registry and chart repository are usually signed by
     # the site's own CA, which no distribution trusts: apt, containerd, helm and get_url
     # all read the system store, so the CA goes there (base_os, update-ca-certificates).

@@ -93,10 +93,34 @@ def _site_files(loaded: LoadedSite) -> dict[str, tuple[str, Path]]:
     sw, base = loaded.site.software, loaded.base_dir.resolve()
     out: dict[str, tuple[str, Path]] = {}
     if sw.mirror_key:
-        out["mirror_key"] = (MIRROR_KEY_NAME + Path(sw.mirror_key).suffix, base / sw.mirror_key)
+        key = base / sw.mirror_key
+        out["mirror_key"] = (MIRROR_KEY_NAME + _key_suffix(key), key)
     if sw.ca_certificate:
         out["ca_certificate"] = (CA_NAME, base / sw.ca_certificate)
     return out
+
+
+def _key_suffix(path: Path) -> str:
+    """The suffix apt reads a signed-by keyring by, from what the file holds: .asc armored,
+    .gpg binary; a key saved under the other name is ignored ("unsupported filetype") and
+    apt fails on the mirror. A secret key would go to every node: refused."""
+    if not path.is_file():
+        return path.suffix  # _group_vars says it is not a file
+    head = path.read_bytes()[:64]
+    if head.lstrip().startswith(b"-----BEGIN PGP PUBLIC KEY BLOCK-----"):
+        return ".asc"
+    # an OpenPGP packet header (RFC 4880 4.2): old format tag in bits 5-2, new in bits 5-0;
+    # a public key is tag 6 (gpg --export starts with 0x99)
+    tag = -1 if not head or not head[0] & 0x80 else (
+        head[0] & 0x3F if head[0] & 0x40 else (head[0] >> 2) & 0x0F)
+    if tag == 6:
+        return ".gpg"
+    raise RenderError(f"software.mirror_key: {path} is no OpenPGP public key"
+                      + (" (it holds a secret key, which would be copied to every node)"
+                         if tag in (5, 7) or b"PRIVATE KEY BLOCK" in head else ""),
+                      hint="export the mirror's signing key: gpg --export KEYID > mirror.gpg, "
+                           "or gpg --armor --export KEYID > mirror.asc (not a keybox, "
+                           "pubring.kbx)")
 
 
 def _check_ca(path: Path) -> None:

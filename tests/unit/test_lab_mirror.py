@@ -246,6 +246,39 @@ def test_the_mirror_key_is_rendered_as_signed_by_and_must_exist(tmp_path):
 
 
 @requires_apt_tools
+def test_the_mirror_keys_suffix_is_what_it_holds_and_a_secret_key_is_refused(tmp_path):
+    """apt reads a signed-by keyring by its suffix (.asc armored, .gpg binary) and ignores
+    one under the other ("unsupported filetype"): a key saved as `curl ... > key.gpg` made
+    the mirror unreadable, and the run blamed the mirror. The suffix now follows the bytes."""
+    _fpr, armored = mirror.make_key(tmp_path / "gnupg")
+    binary = subprocess.run(["gpg", "--dearmor"], input=armored.encode(), capture_output=True,
+                            check=True).stdout
+    site = _mirrored_site(tmp_path, "keys/mirror.gpg")
+    (site / "keys").mkdir()
+    cases = [(armored.encode(), "mirror.gpg", ".asc"), (binary, "mirror.asc", ".gpg"),
+             (binary, "mirror.key", ".gpg")]
+    for n, (data, name, suffix) in enumerate(cases):
+        (site / "keys" / name).write_bytes(data)
+        text = (site / "site.yaml").read_text()
+        (site / "site.yaml").write_text(text.replace(
+            text.split("mirror_key: ")[1].split("\n")[0], f"keys/{name}"))
+        out = render.render(load(site), tmp_path / f"out{n}").out
+        group = yaml.safe_load((out / "inventory/group_vars/all.yml").read_text())
+        assert group["base_os_mirror_key"] == f"site-mirror-key{suffix}", name
+        assert (out / f"project/files/site-mirror-key{suffix}").read_bytes() == data
+    # a secret key (old-format packet tag 5), a keybox, an HTML error page: refused
+    for n, (data, said) in enumerate([
+            (b"\x95\x01\xd8\x04" + binary[4:60], "holds a secret key"),
+            (b"-----BEGIN PGP PRIVATE KEY BLOCK-----\n", "holds a secret key"),
+            (b"\x00\x00\x00\x20\x01\x01\x00\x02KBXf", "is no OpenPGP public key"),
+            (b"<html>404</html>", "is no OpenPGP public key")]):
+        (site / "keys/mirror.key").write_bytes(data)
+        with pytest.raises(RenderError, match=said) as err:
+            render.render(load(site), tmp_path / f"bad{n}")
+        assert "gpg --export" in (err.value.hint or "")
+
+
+@requires_apt_tools
 def test_a_rebuilt_mirror_is_signed_with_the_key_the_hosts_already_trust(tmp_path):
     """`provision add` rebuilds the lab mirror for the grown site: same lab, same key."""
     first = mirror.make_key(tmp_path / "gnupg")
