@@ -34,7 +34,7 @@ PLAYBOOK = ROOT / "tests" / "fixtures" / "kernel_host" / "kernel.yml"
 SKIP = ("needs_gpu", "needs_cluster", "needs_nic", "needs_mirror")
 SYSCTL = yaml.safe_load((ROOT / "roles/base_os/defaults/main.yml").read_text())[
     "base_os_sysctl"]
-DRIFT = "vm.max_map_count"  # base_os sets 262144; the kernel's default is 65530
+DRIFT = "vm.max_map_count"  # base_os sets 1048576; the kernel's default is 65530
 # Run in the guest: what the test checks, read in one ssh call (each costs seconds there).
 OBSERVE = """
 import json, os, subprocess
