@@ -113,3 +113,30 @@ def test_the_toolkits_own_arch_entry_is_the_same_source_and_is_set_aside(tmp_pat
         "nvidia-container-toolkit.sources"]
     after = apt_reads(sources, tmp_path)
     assert after.returncode == 0 and TOOLKIT.rstrip("/") in after.stdout, after.stderr
+
+
+def test_an_entry_in_sources_list_itself_stops_the_run_with_the_line_to_remove(
+        tmp_path: Path) -> None:
+    """sources.list holds the distribution's own sources and is not edited: a CUDA line
+    appended there by hand (commented lines aside) stops the run, saying which file and why,
+    where apt would otherwise refuse every source."""
+    sources = tmp_path / "sources.list.d"
+    sources.mkdir()
+    (sources / "nvidia-cuda.sources").write_text(SOURCES["nvidia-cuda.sources"])
+    listed = tmp_path / "sources.list"
+    listed.write_text(f"deb http://archive.ubuntu.com/ubuntu/ jammy main # see {CUDA}\n"
+                      f"# deb {CUDA} /\n")
+    commented = play(tmp_path, sources)
+    assert commented.returncode == 0, commented.stdout[-3000:]
+    listed.write_text(listed.read_text() + f"deb [signed-by=/usr/share/keyrings/cuda.gpg] "
+                                           f"{CUDA} /\n")
+    conflict = subprocess.run(
+        ["apt-get", "-o", f"Dir::Etc::SourceParts={sources}", "-o",
+         f"Dir::Etc::SourceList={listed}", "-o", f"Dir::State::Lists={tmp_path}",
+         "indextargets", "--no-release-info"], capture_output=True, text=True, check=False)
+    assert "Conflicting values set for option Signed-By" in conflict.stderr, conflict.stderr
+    stopped = play(tmp_path, sources)
+    assert stopped.returncode != 0
+    assert f"{listed} names {CUDA}" in " ".join(stopped.stdout.split()), stopped.stdout[-3000:]
+    assert "Remove that line" in stopped.stdout
+    assert listed.read_text().count(CUDA) == 3  # not edited
