@@ -11,7 +11,7 @@ import pytest
 
 from provisioner import render, sources
 from provisioner.inventory import load
-from tests.conftest import EXAMPLE, edited_example
+from tests.conftest import EXAMPLE, edited_example, role_template
 
 MIRROR_HOST = "mirror.site.internal"
 SOURCES = f"""
@@ -73,6 +73,21 @@ def test_the_mirrored_site_uses_its_own_sources(tmp_path):
     assert (f"kubernetes_cni_manifest_url: http://{MIRROR_HOST}/manifests/calico/"
             f"{sources.cni_release('calico', '1.31.4')[0]}/calico.yaml") in gv
     assert "- ntp1.site.internal" in gv and "base_os_ntp_pools" not in gv
+
+
+def test_chrony_takes_the_sites_servers_and_keeps_the_distributions_own_directives():
+    """The role wrote chrony.conf whole, and an admin's drop-ins (conf.d, sources.d), the
+    keys and leap seconds stopped working; time still comes from the site's servers alone,
+    not from what DHCP offers."""
+    conf = role_template("base_os", "chrony.conf.j2",
+                         base_os_ntp_servers=["ntp1.site.internal", "10.250.0.1"],
+                         base_os_ntp_pools=[]).splitlines()
+    assert [ln for ln in conf if ln.startswith(("server", "pool"))] == [
+        "server ntp1.site.internal iburst", "server 10.250.0.1 iburst"]
+    for line in ("confdir /etc/chrony/conf.d", "sourcedir /etc/chrony/sources.d",
+                 "keyfile /etc/chrony/chrony.keys", "leapsectz right/UTC", "rtcsync"):
+        assert line in conf
+    assert not [ln for ln in conf if "chrony-dhcp" in ln and not ln.startswith("#")]
 
 
 @pytest.mark.parametrize("given", [":5000", ":5000/", ":5000/registry/"])
