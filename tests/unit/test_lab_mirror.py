@@ -22,7 +22,7 @@ from provisioner.errors import ConfigError, InventoryError, RenderError
 from provisioner.inventory import load
 from provisioner.lab import mirror, standins
 from provisioner.payload import KERNEL_HEADERS
-from tests.conftest import EXAMPLE, FIXTURES, ROOT, ansible_eval, requires_peer
+from tests.conftest import EXAMPLE, FIXTURES, ROOT, ansible_eval, holds, requires_peer
 
 DRIVER = "570.124.06"
 DRIVER_DEB = f"{DRIVER}-0ubuntu1"  # NVIDIA's CUDA repository packaging
@@ -125,6 +125,9 @@ def _sources(url: str, key: str, suites: list[str], components: str, *,
     return env.from_string((ROOT / "roles/base_os/templates/sources.list.j2").read_text()).render(
         base_os_mirror=url, base_os_mirror_key=key, base_os_mirror_keyring=key,
         base_os_mirror_arm64=arm64_url, ansible_facts={"architecture": architecture},
+        base_os_mirror_url=ansible_eval(role_vars["base_os_mirror_url"], base_os_mirror=url,
+                                        base_os_mirror_arm64=arm64_url,
+                                        ansible_facts={"architecture": architecture}),
         base_os_mirror_suite_list=ansible_eval(role_vars["base_os_mirror_suite_list"],
                                                base_os_mirror_suites=suites),
         base_os_mirror_components=components)
@@ -243,6 +246,40 @@ def test_the_mirror_key_is_rendered_as_signed_by_and_must_exist(tmp_path):
         "software:\n", "software:\n  mirror_suites: [jammy main]\n", 1))
     with pytest.raises(InventoryError, match=r"mirror_suites"):
         load(site)
+
+
+@requires_apt_tools
+@pytest.mark.parametrize("url", ["http://10.0.0.5/ubuntu", "http://10.0.0.5:8080/ubuntu_x/",
+                                 "https://mirror.site.internal/ubuntu-ports"])
+def test_the_role_names_the_mirrors_index_files_as_apt_does(tmp_path, url):
+    """base_os reads the mirror's index again where apt holds none of it (a run whose read
+    failed left the sources written, and the next skipped the read): it looks for apt's own
+    file names, which apt-get indextargets prints for the sources base_os writes."""
+    role_vars = yaml.safe_load((ROOT / "roles/base_os/vars/main.yml").read_text())
+    prefix = ansible_eval(role_vars["base_os_mirror_lists_prefix"], base_os_mirror_url=url)
+    parts = tmp_path / "sources.list.d"
+    parts.mkdir()
+    (parts / "m.list").write_text(_sources(url, "", ["jammy"], "main"))
+    got = subprocess.run(
+        ["apt-get", "-o", f"Dir::Etc::SourceParts={parts}", "-o", "Dir::Etc::SourceList=/dev/null",
+         "-o", f"Dir::State::Lists={tmp_path}", "indextargets", "--no-release-info"],
+        capture_output=True, text=True, check=True).stdout
+    names = {ln.split(": ", 1)[1].rsplit("/", 1)[1] for ln in got.splitlines()
+             if ln.startswith("Filename: ")}
+    assert names and all(n.startswith(f"{prefix}_dists_jammy_") for n in names), (prefix, names)
+    task = next(t for t in yaml.safe_load((ROOT / "roles/base_os/tasks/main.yml").read_text())
+                if t.get("name") == "Look for apt's index of the site mirror")
+    assert task["ansible.builtin.find"]["patterns"] == [
+        "{{ base_os_mirror_lists_prefix }}_dists_*Release"]
+    block = next(t for t in yaml.safe_load((ROOT / "roles/base_os/tasks/main.yml").read_text())
+                 if t.get("name") == "The site mirror's package index, or why apt could not "
+                                     "read it")
+    unchanged = {"changed": False}
+    ctx = {"ansible_facts": {"os_family": "Debian"}, "base_os_mirror": url,
+           "base_os_mirror_sources": unchanged, "base_os_mirror_key_file": unchanged,
+           "base_os_sources_set_aside": unchanged}
+    assert holds(block["when"], base_os_mirror_lists={"matched": 0}, **ctx)
+    assert not holds(block["when"], base_os_mirror_lists={"matched": 3}, **ctx)
 
 
 @requires_apt_tools
