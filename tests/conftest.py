@@ -13,6 +13,7 @@ import jinja2
 import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import filter_loader
 from ansible.template import Templar, trust_as_template
 
 from provisioner.lifecycle import LIFECYCLE, Phase
@@ -111,6 +112,11 @@ def scratch_lab_network() -> tuple[IPv4Network, IPv4Address, IPv4Address]:
     third = secrets.randbelow(200) + 20
     return (IPv4Network(f"10.250.{third}.0/24"), IPv4Address(f"10.250.{third}.1"),
             IPv4Address(f"10.250.{third}.5"))
+
+
+# The roles' own filter plugins, as a play that runs the role loads them.
+for _plugins in sorted(ROOT.glob("roles/*/filter_plugins")):
+    filter_loader.add_directory(str(_plugins))
 
 
 def _templar(ctx: dict[str, object]) -> Templar:

@@ -106,8 +106,14 @@ def _key_suffix(path: Path) -> str:
     apt fails on the mirror. A secret key would go to every node: refused."""
     if not path.is_file():
         return path.suffix  # _group_vars says it is not a file
-    head = path.read_bytes()[:64]
-    if head.lstrip().startswith(b"-----BEGIN PGP PUBLIC KEY BLOCK-----"):
+    data = path.read_bytes()[:1_000_000]
+    head = data[:64]
+    if b"-----BEGIN PGP PRIVATE KEY BLOCK-----" in data:
+        raise RenderError(f"software.mirror_key: {path} holds a secret key, which would be "
+                          "copied to every node", hint="export the mirror's public key alone: "
+                          "gpg --export KEYID > mirror.gpg, or gpg --armor --export KEYID > "
+                          "mirror.asc")
+    if b"-----BEGIN PGP PUBLIC KEY BLOCK-----" in data:  # text may come before it
         return ".asc"
     # an OpenPGP packet header (RFC 4880 4.2): old format tag in bits 5-2, new in bits 5-0;
     # a public key is tag 6 (gpg --export starts with 0x99)
@@ -117,7 +123,7 @@ def _key_suffix(path: Path) -> str:
         return ".gpg"
     raise RenderError(f"software.mirror_key: {path} is no OpenPGP public key"
                       + (" (it holds a secret key, which would be copied to every node)"
-                         if tag in (5, 7) or b"PRIVATE KEY BLOCK" in head else ""),
+                         if tag in (5, 7) else ""),
                       hint="export the mirror's signing key: gpg --export KEYID > mirror.gpg, "
                            "or gpg --armor --export KEYID > mirror.asc (not a keybox, "
                            "pubring.kbx)")

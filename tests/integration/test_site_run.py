@@ -162,7 +162,7 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
          (upper(state, e.host) / "etc/chrony/chrony.conf").read_text())
         for e in second.real_changes]
     assert second.simulated == []
-    # apt's index of the mirror was found (base_os_mirror_lists_prefix names its files as
+    # apt's index of the mirror was found (base_os_mirror_index_names names its files as
     # apt does), so the second run did not read the mirror again
     found = {(e.host, e.status) for e in second.events
              if e.task == "Look for apt's index of the site mirror"}

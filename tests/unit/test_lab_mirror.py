@@ -250,27 +250,36 @@ def test_the_mirror_key_is_rendered_as_signed_by_and_must_exist(tmp_path):
 
 @requires_apt_tools
 @pytest.mark.parametrize("url", ["http://10.0.0.5/ubuntu", "http://10.0.0.5:8080/ubuntu_x/",
-                                 "https://mirror.site.internal/ubuntu-ports"])
+                                 "https://mirror.site.internal/ubuntu-ports",
+                                 "http://10.0.0.5/~mirror/a=b/A%20c/ubuntu",
+                                 "http://[fd00::5]:8080/ubuntu"])
 def test_the_role_names_the_mirrors_index_files_as_apt_does(tmp_path, url):
-    """base_os reads the mirror's index again where apt holds none of it (a run whose read
-    failed left the sources written, and the next skipped the read): it looks for apt's own
-    file names, which apt-get indextargets prints for the sources base_os writes."""
+    """base_os reads the mirror's index again where apt holds none of a suite's (a run whose
+    read failed left the sources written, and the next skipped the read): it looks for
+    apt's own file names, which apt-get indextargets prints for the sources base_os writes."""
     role_vars = yaml.safe_load((ROOT / "roles/base_os/vars/main.yml").read_text())
-    prefix = ansible_eval(role_vars["base_os_mirror_lists_prefix"], base_os_mirror_url=url)
+    suites = ["jammy", "jammy-updates", "stable/updates"]
+    names = ansible_eval(role_vars["base_os_mirror_index_names"], base_os_mirror_url=url,
+                         base_os_mirror_suite_list=suites)
     parts = tmp_path / "sources.list.d"
     parts.mkdir()
-    (parts / "m.list").write_text(_sources(url, "", ["jammy"], "main"))
+    (parts / "m.list").write_text(_sources(url, "", suites, "main"))
     got = subprocess.run(
         ["apt-get", "-o", f"Dir::Etc::SourceParts={parts}", "-o", "Dir::Etc::SourceList=/dev/null",
          "-o", f"Dir::State::Lists={tmp_path}", "indextargets", "--no-release-info"],
         capture_output=True, text=True, check=True).stdout
-    names = {ln.split(": ", 1)[1].rsplit("/", 1)[1] for ln in got.splitlines()
+    files = {ln.split(": ", 1)[1].rsplit("/", 1)[1] for ln in got.splitlines()
              if ln.startswith("Filename: ")}
-    assert names and all(n.startswith(f"{prefix}_dists_jammy_") for n in names), (prefix, names)
-    task = next(t for t in yaml.safe_load((ROOT / "roles/base_os/tasks/main.yml").read_text())
-                if t.get("name") == "Look for apt's index of the site mirror")
-    assert task["ansible.builtin.find"]["patterns"] == [
-        "{{ base_os_mirror_lists_prefix }}_dists_*Release"]
+    for name in names:
+        assert any(f.startswith(f"{name}_main_") for f in files), (name, files)
+    assert len(names) == len(suites)
+    # a suite whose Release file is missing is read again, the others' present or not
+    listed = [{"path": f"/var/lib/apt/lists/{names[0]}_InRelease"},
+              {"path": f"/var/lib/apt/lists/{names[2]}_Release"}]
+    missing = ansible_eval(role_vars["base_os_mirror_index_missing"],
+                           base_os_mirror_index_names=names,
+                           base_os_mirror_lists={"files": listed})
+    assert missing == [names[1]]
     block = next(t for t in yaml.safe_load((ROOT / "roles/base_os/tasks/main.yml").read_text())
                  if t.get("name") == "The site mirror's package index, or why apt could not "
                                      "read it")
@@ -278,8 +287,8 @@ def test_the_role_names_the_mirrors_index_files_as_apt_does(tmp_path, url):
     ctx = {"ansible_facts": {"os_family": "Debian"}, "base_os_mirror": url,
            "base_os_mirror_sources": unchanged, "base_os_mirror_key_file": unchanged,
            "base_os_sources_set_aside": unchanged}
-    assert holds(block["when"], base_os_mirror_lists={"matched": 0}, **ctx)
-    assert not holds(block["when"], base_os_mirror_lists={"matched": 3}, **ctx)
+    assert holds(block["when"], base_os_mirror_index_missing=missing, **ctx)
+    assert not holds(block["when"], base_os_mirror_index_missing=[], **ctx)
 
 
 @requires_apt_tools
@@ -293,7 +302,9 @@ def test_the_mirror_keys_suffix_is_what_it_holds_and_a_secret_key_is_refused(tmp
     site = _mirrored_site(tmp_path, "keys/mirror.gpg")
     (site / "keys").mkdir()
     cases = [(armored.encode(), "mirror.gpg", ".asc"), (binary, "mirror.asc", ".gpg"),
-             (binary, "mirror.key", ".gpg")]
+             (b"\n" * 40 + b"Fingerprint: see the mirror's page\n" + armored.encode(),
+              "noted.asc", ".asc"),
+             (binary, "mirror.key", ".gpg")]  # the last: the refusals below write it
     for n, (data, name, suffix) in enumerate(cases):
         (site / "keys" / name).write_bytes(data)
         text = (site / "site.yaml").read_text()
@@ -307,6 +318,8 @@ def test_the_mirror_keys_suffix_is_what_it_holds_and_a_secret_key_is_refused(tmp
     for n, (data, said) in enumerate([
             (b"\x95\x01\xd8\x04" + binary[4:60], "holds a secret key"),
             (b"-----BEGIN PGP PRIVATE KEY BLOCK-----\n", "holds a secret key"),
+            (armored.encode() + b"-----BEGIN PGP PRIVATE KEY BLOCK-----\n",
+             "holds a secret key"),
             (b"\x00\x00\x00\x20\x01\x01\x00\x02KBXf", "is no OpenPGP public key"),
             (b"<html>404</html>", "is no OpenPGP public key")]):
         (site / "keys/mirror.key").write_bytes(data)
