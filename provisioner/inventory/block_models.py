@@ -54,7 +54,9 @@ class Psu(Model):
 
 
 class Gpus(Model):
-    model: GpuModel = Field(description="GPU model, such as H100 (becomes a label value)")
+    model: GpuModel = Field(description="GPU model, such as H100 (becomes a label value); "
+                            "node verification wants it as a word of nvidia-smi's name "
+                            "(NVIDIA H100 80GB HBM3), case aside")
     count: int = Field(ge=1, le=72, description="GPUs per node")
     architecture: GpuArch = Field(description="GPU architecture (decides the kernel modules)")
 
