@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import subprocess
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,16 @@ def scratch_lab_network() -> tuple[IPv4Network, IPv4Address, IPv4Address]:
 # The roles' own filter plugins, as a play that runs the role loads them.
 for _plugins in sorted(ROOT.glob("roles/*/filter_plugins")):
     filter_loader.add_directory(str(_plugins))
+
+
+def apt_reads(parts: Path, lists: Path, source_list: Path | str = "/dev/null"
+              ) -> subprocess.CompletedProcess[str]:
+    """Real apt reading a sources directory (and a sources.list) as it would on a node:
+    `apt-get indextargets` parses every entry and names each index file, fetching nothing."""
+    return subprocess.run(
+        ["apt-get", "-o", f"Dir::Etc::SourceParts={parts}", "-o",
+         f"Dir::Etc::SourceList={source_list}", "-o", f"Dir::State::Lists={lists}",
+         "indextargets", "--no-release-info"], capture_output=True, text=True, check=False)
 
 
 def _templar(ctx: dict[str, object]) -> Templar:

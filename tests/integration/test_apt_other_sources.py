@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, apt_reads
 
 pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
@@ -41,13 +41,6 @@ SOURCES = {
     "ubuntu.sources": "Types: deb\nURIs: http://archive.ubuntu.com/ubuntu/\nSuites: jammy\n"
                       "Components: main\n",
 }
-
-
-def apt_reads(sources: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["apt-get", "-o", f"Dir::Etc::SourceParts={sources}", "-o",
-         "Dir::Etc::SourceList=/dev/null", "-o", f"Dir::State::Lists={tmp_path}",
-         "indextargets", "--no-release-info"], capture_output=True, text=True, check=False)
 
 
 def play(tmp_path: Path, sources: Path, uri: str = CUDA, name: str = "nvidia-cuda"
@@ -130,10 +123,7 @@ def test_an_entry_in_sources_list_itself_stops_the_run_with_the_line_to_remove(
     assert commented.returncode == 0, commented.stdout[-3000:]
     listed.write_text(listed.read_text() + f"deb [signed-by=/usr/share/keyrings/cuda.gpg] "
                                            f"{CUDA} /\n")
-    conflict = subprocess.run(
-        ["apt-get", "-o", f"Dir::Etc::SourceParts={sources}", "-o",
-         f"Dir::Etc::SourceList={listed}", "-o", f"Dir::State::Lists={tmp_path}",
-         "indextargets", "--no-release-info"], capture_output=True, text=True, check=False)
+    conflict = apt_reads(sources, tmp_path, source_list=listed)
     assert "Conflicting values set for option Signed-By" in conflict.stderr, conflict.stderr
     stopped = play(tmp_path, sources)
     assert stopped.returncode != 0

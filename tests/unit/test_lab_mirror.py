@@ -22,7 +22,15 @@ from provisioner.errors import ConfigError, InventoryError, RenderError
 from provisioner.inventory import load
 from provisioner.lab import mirror, standins
 from provisioner.payload import KERNEL_HEADERS
-from tests.conftest import EXAMPLE, FIXTURES, ROOT, ansible_eval, holds, requires_peer
+from tests.conftest import (
+    EXAMPLE,
+    FIXTURES,
+    ROOT,
+    ansible_eval,
+    apt_reads,
+    holds,
+    requires_peer,
+)
 
 DRIVER = "570.124.06"
 DRIVER_DEB = f"{DRIVER}-0ubuntu1"  # NVIDIA's CUDA repository packaging
@@ -264,10 +272,9 @@ def test_the_role_names_the_mirrors_index_files_as_apt_does(tmp_path, url):
     parts = tmp_path / "sources.list.d"
     parts.mkdir()
     (parts / "m.list").write_text(_sources(url, "", suites, "main"))
-    got = subprocess.run(
-        ["apt-get", "-o", f"Dir::Etc::SourceParts={parts}", "-o", "Dir::Etc::SourceList=/dev/null",
-         "-o", f"Dir::State::Lists={tmp_path}", "indextargets", "--no-release-info"],
-        capture_output=True, text=True, check=True).stdout
+    read = apt_reads(parts, tmp_path)
+    assert read.returncode == 0, read.stderr
+    got = read.stdout
     files = {ln.split(": ", 1)[1].rsplit("/", 1)[1] for ln in got.splitlines()
              if ln.startswith("Filename: ")}
     for name in names:
