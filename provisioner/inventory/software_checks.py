@@ -63,11 +63,11 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
                  f"driver branch {drv.branch} no longer supports {', '.join(volta)} "
                  f"(Maxwell, Pascal or Volta GPUs): branch {LAST_PRE_TURING_BRANCH} is the last",
                  f"pin branch {LAST_PRE_TURING_BRANCH} or older for sites with V100 systems")
-        newer_than_driver = sorted(b for b in blocks if int(drv.branch) < FIRST_BRANCH.get(
-            loaded.catalog[b].gpu.architecture, 0))  # type: ignore[union-attr]
+        first_of = {b: FIRST_BRANCH.get(loaded.catalog[b].gpu.architecture, 0)  # type: ignore[union-attr]
+                    for b in blocks}
+        newer_than_driver = sorted(b for b, f in first_of.items() if int(drv.branch) < f)
         if newer_than_driver:
-            first = max(FIRST_BRANCH[loaded.catalog[b].gpu.architecture]  # type: ignore[union-attr]
-                        for b in newer_than_driver)
+            first = max(first_of[b] for b in newer_than_driver)
             emit("driver-predates-architecture", ("software", "nvidia_driver", "branch"),
                  f"driver branch {drv.branch} predates the GPUs of {', '.join(newer_than_driver)}: "
                  f"their support starts with branch {first}",
