@@ -147,6 +147,17 @@ def holds(expr: str, **ctx: object) -> bool:
     return bool(_templar(ctx).evaluate_conditional(trust_as_template(expr)))
 
 
+def run_assert(task: dict[str, Any], **ctx: object) -> tuple[bool, str]:
+    """An assert task as the play runs it: its vars in order, then whether every `that`
+    holds, and its fail_msg (rendered whatever the outcome)."""
+    ctx = dict(ctx)
+    for name, expr in (task.get("vars") or {}).items():
+        ctx[name] = ansible_eval(expr, **ctx)
+    check = task["ansible.builtin.assert"]
+    that = check["that"] if isinstance(check["that"], list) else [check["that"]]
+    return all(holds(c, **ctx) for c in that), ansible_eval(check["fail_msg"], **ctx)
+
+
 def edited_example(tmp_path: Path, old: str, new: str, name: str = "site") -> Path:
     """A copy of the example site (without its lab state) whose site.yaml has `old`, which
     must be there, replaced once by `new`."""

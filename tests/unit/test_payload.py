@@ -31,6 +31,7 @@ from tests.conftest import (
     holds,
     role_task,
     role_template,
+    run_assert,
 )
 
 SITES = FIXTURES / "sites"
@@ -309,10 +310,8 @@ def test_upgrade_gate_compares_fabric_manager_with_the_running_driver(
                                f"{running}\n".encode()).decode()},
                            "upgrade_gate_fabric_manager_version": pinned,
                            "upgrade_gate_fabric_manager_package": "nvidia-fabricmanager-570"}
-    for name, expr in task["vars"].items():
-        ctx[name] = ansible_eval(expr, **ctx)
-    assert all(holds(c, **ctx) for c in task["ansible.builtin.assert"]["that"]) is ok
-    msg = ansible_eval(task["ansible.builtin.assert"]["fail_msg"], **ctx)
+    holds_, msg = run_assert(task, **ctx)
+    assert holds_ is ok
     assert f"the running driver {running}" in msg
     read = role_task("upgrade_gate", "Read the running driver's version")
     assert read["ansible.builtin.slurp"]["src"] == "/sys/module/nvidia/version"
@@ -501,10 +500,7 @@ def _gpu_check(lines: list[str], model: str = "H100", version: str = "570.124.06
                            "node_verify_driver_branch": "570",
                            "node_verify_persistence_mode": persistence,
                            "inventory_hostname": "gpu01"}
-    for name, expr in task["vars"].items():
-        ctx[name] = ansible_eval(expr, **ctx)
-    ok = all(holds(c, **ctx) for c in task["ansible.builtin.assert"]["that"])
-    return ok, ansible_eval(task["ansible.builtin.assert"]["fail_msg"], **ctx)
+    return run_assert(task, **ctx)
 
 
 @pytest.mark.parametrize(("lines", "persistence", "ok"), [

@@ -14,7 +14,15 @@ import yaml
 from provisioner import render
 from provisioner.errors import InventoryError
 from provisioner.inventory import load
-from tests.conftest import FIXTURES, ROOT, ansible_eval, edited_example, holds, role_task
+from tests.conftest import (
+    FIXTURES,
+    ROOT,
+    ansible_eval,
+    edited_example,
+    holds,
+    role_task,
+    run_assert,
+)
 
 SITES = FIXTURES / "sites"
 
@@ -175,11 +183,9 @@ def test_a_containerd_the_kubelet_cannot_use_or_the_mirror_default_is_refused(
            **{k: rendered.get(k, defaults[k]) for k in (
                "container_runtime_containerd_min_version",
                "container_runtime_containerd_mirror_min_version")}}
-    for name in ("container_runtime_containerd_found", "container_runtime_containerd_for_mirror",
-                 "container_runtime_containerd_floor"):
-        ctx[name] = ansible_eval(task["vars"][name], **ctx)
-    assert all(holds(c, **ctx) for c in task["ansible.builtin.assert"]["that"]) is ok
-    assert ansible_eval(task["ansible.builtin.assert"]["fail_msg"], **ctx)
+    holds_, msg = run_assert(task, **ctx)
+    assert holds_ is ok
+    assert msg
 
 
 def test_the_upgrade_gate_fails_a_diagnostic_as_the_install_gate_does():
