@@ -66,15 +66,17 @@ def test_containerd_trusts_the_site_ca_for_the_registry_mirror():
     task = role_task("container_runtime", "Pull every image through the site's registry mirror")
     ctx = {"container_runtime_registry_mirror": "https://registry.site.internal:5000",
            "container_runtime_certs_dir": "/etc/containerd/certs.d"}
-    host = 'host."https://registry.site.internal:5000"'
     with_ca = tomllib.loads(ansible_eval(task["ansible.builtin.copy"]["content"], **ctx,
                                          container_runtime_ca_certificate="site-ca.crt"))
-    assert with_ca["host"]["https://registry.site.internal:5000"] == {
-        "capabilities": ["pull", "resolve"],
-        "ca": "/etc/containerd/certs.d/_default/site-ca.crt"}
+    # The mirror is the server, and there is no [host]: containerd falls back from its hosts
+    # to the server, which would otherwise be each image's own (upstream) registry.
+    assert with_ca == {"server": "https://registry.site.internal:5000",
+                       "capabilities": ["pull", "resolve"],
+                       "ca": "/etc/containerd/certs.d/_default/site-ca.crt"}
     without = tomllib.loads(ansible_eval(task["ansible.builtin.copy"]["content"], **ctx,
                                          container_runtime_ca_certificate=""))
-    assert "ca" not in without["host"]["https://registry.site.internal:5000"], host
+    assert without == {"server": "https://registry.site.internal:5000",
+                       "capabilities": ["pull", "resolve"]}
     copy = role_task("container_runtime", "Give containerd the site's CA for the registry "
                      "mirror")
     assert copy["ansible.builtin.copy"]["dest"].endswith("/_default/site-ca.crt")
