@@ -53,3 +53,9 @@ def add_summary(out: Console, report: AddReport) -> None:
     elif report.patch:
         out.info(f"not written (no --yes); the change is in {report.patch} "
                  f"(git apply, or patch -p1 in the site directory)")
+    if report.imex_peers_to_refresh:
+        peers = ",".join(report.imex_peers_to_refresh)
+        out.warn(f"IMEX: {report.hostname} joins the NVLink domain of rack {report.rack}, "
+                 f"whose other nodes ({peers}) list it in nodes_config.cfg only once "
+                 f"`provision up --limit {peers}` runs on them; that restarts their IMEX "
+                 "and ends the domain's running multi-node jobs (a maintenance window)")

@@ -52,6 +52,9 @@ class AddResult:
     change: writeback.Change
     applied: bool
     patch: Path | None = None
+    # The NVLink domain's other IMEX nodes: their nodes_config.cfg lists the new node only
+    # once `up` runs on them (imex_peers).
+    imex_peers: tuple[str, ...] = ()
 
 
 def from_discovered(store: StateStore, ident: str, credentials: str) -> Source:
@@ -155,6 +158,20 @@ def _lab_bmc(loaded: LoadedSite, proposal: place.Proposal) -> place.Proposal:
     return dataclasses.replace(proposal, bmc=bmc)
 
 
+def imex_peers(loaded: LoadedSite, proposal: place.Proposal) -> tuple[str, ...]:
+    """The other IMEX nodes of the new node's NVLink domain (its rack: `add` names no
+    domain). Every node of a domain lists all of its nodes in nodes_config.cfg (NVIDIA IMEX
+    guide, "Deployment models"), and `add` configures the new node alone: rewriting a peer's
+    list restarts its IMEX, which ends the domain's running multi-node jobs, so that waits
+    for the operator's `up --limit` in a maintenance window."""
+    new = loaded.catalog.get(proposal.block)
+    if new is None or not new.imex:
+        return ()
+    return tuple(n.hostname for p in loaded.site.placements
+                 if (b := loaded.catalog.get(p.block)) is not None and b.imex
+                 and (p.nvlink_domain or p.rack) == proposal.rack for n in p.nodes)
+
+
 def add(loaded: LoadedSite, store: StateStore, source: Source, *, block: str | None = None,
         rack: str | None = None, u: int | None = None, name: str | None = None,
         credentials: str | None = None, lab: bool = False, apply: bool = False
@@ -178,7 +195,8 @@ def add(loaded: LoadedSite, store: StateStore, source: Source, *, block: str | N
         proposal = _lab_bmc(loaded, proposal)
     change = writeback.plan_change(loaded, proposal)
     _checked(loaded, proposal, change)
-    result = AddResult(source, proposal, change, applied=False)
+    result = AddResult(source, proposal, change, applied=False,
+                       imex_peers=imex_peers(loaded, proposal))
     if not apply:
         return result
     writeback.apply(change)

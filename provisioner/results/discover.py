@@ -131,6 +131,9 @@ class AddReport(Out):
     applied: bool
     patch: str | None  # where the diff was written for review (without --yes)
     up: UpReport | None = None  # the bring-up of the new node alone (--yes without --no-up)
+    # IMEX blocks: the NVLink domain's other nodes, whose nodes_config.cfg lists the new node
+    # only after `provision up --limit` runs on them (their IMEX restarts)
+    imex_peers_to_refresh: list[str] = Field(default_factory=list)
 
 
 def add_report(site: str, result: AddResult, block_named: bool) -> AddReport:
@@ -144,7 +147,8 @@ def add_report(site: str, result: AddResult, block_named: bool) -> AddReport:
                        usable_va=f.usable_va, cooling_limit_w=f.cooling_limit_w,
                        problems=list(f.failures)) for f in p.checked],
         file=result.change.display, diff=result.change.diff, applied=result.applied,
-        patch=str(result.patch) if result.patch else None)
+        patch=str(result.patch) if result.patch else None,
+        imex_peers_to_refresh=list(result.imex_peers))
 
 
 RESULTS = (*RESULTS, AddReport)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -205,3 +206,35 @@ def test_insert_between_racks_keeps_the_next_rack_s_comment(tmp_path: Path) -> N
     assert after[new_at + 7] == "  # --- rack r02 ---"
     assert [ln for ln in change.diff.splitlines()[2:] if ln.startswith("-")] == []
     assert p.hostname == "stor01" and p.u == 25
+
+
+def test_an_imex_node_names_its_domain_peers_to_refresh(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Every node of an NVLink domain lists all of its nodes in nodes_config.cfg, and `add`
+    configures the new node alone: the report names the domain's other nodes (its rack's
+    IMEX trays, not another rack's, not a CPU node), with the `up --limit` that refreshes
+    them. A block without IMEX names none."""
+    from provisioner import results
+    from provisioner.console import Console
+    from provisioner.console_discover import add_summary
+
+    text = (FIXTURES / "sites" / "gb200.yaml").read_text()
+    (tmp_path / "site.yaml").write_text(text.replace(  # installed nodes need a login
+        "site: {name: gb200-site}", "site:\n  name: gb200-site\n  ssh: {authorized_keys: "
+        "['ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGf2mvZz4M6W7ePLkgoNZLE4yW8NMw4aSIDxQy2XY5Fc "
+        "admin@example']}"))
+    loaded = load(tmp_path / "site.yaml")
+    store = StateStore(tmp_path / "state.db")
+    tray = add_mod.Source(id=None, bmc=Bmc(protocol="redfish", address="10.2.0.40",
+                                           credentials="bmc"),
+                          block="gb200-nvl72-tray", confidence=None, reasons=(),
+                          mgmt_mac=None, serial=None)
+    result = add_mod.add(loaded, store, tray)
+    assert (result.proposal.hostname, result.proposal.rack) == ("gb04", "r01")
+    assert result.imex_peers == ("gb01", "gb02")
+    report = results.add_report("gb200-site", result, block_named=True)
+    assert report.imex_peers_to_refresh == ["gb01", "gb02"]
+    add_summary(Console(no_color=True), report)
+    assert "`provision up --limit gb01,gb02`" in capsys.readouterr().err
+    cpu = dataclasses.replace(tray, block="hci-2u4n")
+    assert add_mod.add(loaded, store, cpu).imex_peers == ()
