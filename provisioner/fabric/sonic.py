@@ -30,6 +30,13 @@ def tables(spec: SwitchSpec) -> Json:
     dscp = {str(d): "0" for d in range(64)}
     dscp.update({str(d): str(prio) for d, prio in p.dscp_to_priority})
     identity = {str(i): str(i) for i in range(8)}
+    # TC -> priority group as in SONiC's own AZURE map (sonic-buildimage
+    # files/build_templates/qos_config.j2; sonic-buildimage#2650 "Map tc 1, 2, 5, and 6 back
+    # to pg 0"): its buffer templates give PG 0 (lossy) and 3-4 (lossless) profiles and no
+    # other, so an identity map left the CNP class (6) in a group without buffer, where
+    # congestion notifications are dropped at ingress under load and DCQCN stops working.
+    to_pg = {str(tc): str(tc) if tc in (3, 4, 7) or tc in p.pfc_priorities else "0"
+             for tc in range(8)}
     port_qos: Json = {"dscp_to_tc_map": MAP, "tc_to_queue_map": MAP, "tc_to_pg_map": MAP}
     if lossless:
         port_qos |= {"pfc_to_queue_map": MAP, "pfc_enable": lossless, "pfcwd_sw_enable": lossless}
@@ -44,7 +51,7 @@ def tables(spec: SwitchSpec) -> Json:
     out: Json = {
         "DSCP_TO_TC_MAP": {MAP: dscp},
         "TC_TO_QUEUE_MAP": {MAP: identity},
-        "TC_TO_PRIORITY_GROUP_MAP": {MAP: identity},
+        "TC_TO_PRIORITY_GROUP_MAP": {MAP: to_pg},
         "MAP_PFC_PRIORITY_TO_QUEUE": {MAP: identity},
         "SCHEDULER": {
             "scheduler.default": {"type": "DWRR", "weight": str(p.default_ets_weight_pct)},

@@ -133,6 +133,17 @@ def test_mtu_too_small_named() -> None:
     assert [(m.what, m.host_value, m.switch_value) for m in found] == [("mtu", "9000", "1500")]
 
 
+def test_sonic_puts_every_lossy_class_in_a_buffered_priority_group() -> None:
+    """SONiC's buffer templates give priority groups 0, 3 and 4 their profiles: the CNP
+    class (6) and every other lossy class go to group 0, as SONiC's own AZURE map does,
+    and each lossless priority keeps a group of its own."""
+    db = json.loads(fabric.RENDERERS["sonic"].render(_spec("sonic")))
+    assert db["TC_TO_PRIORITY_GROUP_MAP"]["AZURE"] == {
+        "0": "0", "1": "0", "2": "0", "3": "3", "4": "4", "5": "0", "6": "0", "7": "7"}
+    pfc = roce.policy(Roce(), "sonic").pfc_priorities
+    assert all(db["TC_TO_PRIORITY_GROUP_MAP"]["AZURE"][str(q)] == str(q) for q in pfc)
+
+
 def test_sonic_patch_removes_the_buffer_groups_an_earlier_render_wrote() -> None:
     """An earlier renderer wrote BUFFER_PG "Ethernet0|3" on the pool profile (no headroom,
     overlapping SONiC's own "3-4"): the patch removes those, and keeps SONiC's own
