@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from provisioner import fabric
 from provisioner.credentials import CredentialResolver
 from provisioner.errors import FabricError, InventoryError, ProvisionerError
+from provisioner.fabric.onyx import expand_ranges
 from provisioner.inventory.cabling import endpoints
 from provisioner.inventory.checks import check as check_inventory
 from provisioner.inventory.findings import Category, errors
@@ -162,8 +163,14 @@ def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool
     return done
 
 
+def _running(drv: SwitchDriver, nos: str) -> str:
+    """The running config as rendered configs are written: Onyx's port ranges expanded."""
+    text = drv.running_config()
+    return expand_ranges(text) if nos == "onyx" else text
+
+
 def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool) -> SwitchOutcome:
-    running = drv.running_config()
+    running = _running(drv, nos)
     cmds = tuple(cli_diff.plan(desired, running))
     diff = cli_diff.unified(desired, running, name)
     if not cmds:
@@ -177,7 +184,7 @@ def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool) ->
         problem = (f"'{res.failed}' refused ({res.error}) after {len(res.applied)} accepted "
                    "line(s)")
     else:
-        left = cli_diff.plan(desired, drv.running_config())
+        left = cli_diff.plan(desired, _running(drv, nos))
         if left:
             problem = f"read-back: {len(left)} line(s) missing after the push, first '{left[0]}'"
     if problem is None:
@@ -188,7 +195,7 @@ def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool) ->
                              f"{problem}; nothing applied")
     undo = tuple(cli_diff.undo(res.applied, todo, running))
     undo_res = drv.apply(undo)
-    after = set(cli_diff.paths(drv.running_config()))
+    after = set(cli_diff.paths(_running(drv, nos)))
     leftover = [p[-1] for p in todo if p in after]
     if undo_res.failed is None and not leftover:
         return SwitchOutcome(name, nos, "rolled_back", diff, cmds, res.applied, undo,

@@ -277,6 +277,66 @@ def test_an_aborted_eos_session_reports_nothing_applied_and_sends_no_undo() -> N
     assert len(drv.sent) == 1  # no compensating lines after an abort
 
 
+class OnyxRanges:
+    """Onyx's running config as Onyx prints it: ports that share a setting on one line with
+    a port range (`interface ethernet 1/1-1/2 qos trust L3`, as in Onyx 3.9's)."""
+
+    def __init__(self) -> None:
+        self.settings: dict[str, set[str]] = {}  # setting -> ports
+        self.top: list[str] = []
+        self.saved = 0
+
+    def running_config(self) -> str:
+        lines = ["##", "## Running database", "##", *self.top]
+        for setting, ports in sorted(self.settings.items()):
+            nums = sorted(int(p.split("/")[1]) for p in ports)
+            runs: list[list[int]] = []
+            for n in nums:
+                if runs and runs[-1][-1] == n - 1:
+                    runs[-1].append(n)
+                else:
+                    runs.append([n])
+            for r in runs:
+                where = f"1/{r[0]}" + (f"-1/{r[-1]}" if len(r) > 1 else "")
+                lines.append(f"interface ethernet {where} {setting}")
+        return "\n".join(lines) + "\n"
+
+    def apply(self, commands: Any) -> Any:
+        from provisioner.switches.base import ApplyResult
+        for c in commands:
+            words = c.split(" ", 3)
+            if words[:2] == ["interface", "ethernet"]:
+                self.settings.setdefault(words[3], set()).add(words[2])
+            else:
+                self.top.append(c)
+        return ApplyResult(tuple(commands))
+
+    def save(self) -> None:
+        self.saved += 1
+
+    def close(self) -> None:
+        pass
+
+
+def test_onyx_port_ranges_read_back_as_the_rendered_lines() -> None:
+    """A push whose settings Onyx prints as port ranges reads back complete (saved, no
+    undo), the next diff is empty, and `fabric check --live` reads each port's MTU."""
+    from provisioner.switches.ops import _switch
+
+    ports = (PortSpec("Eth1/1", "dgx01 roce", 9216), PortSpec("Eth1/2", "dgx02 roce", 9216),
+             PortSpec("Eth1/3", "dgx03 roce", 9216))
+    desired = RENDERERS["onyx"].render(
+        SwitchSpec("leaf01", "onyx", policy(Roce(), "onyx", mtu_bytes=9216), ports))
+    drv = OnyxRanges()
+    out = _switch(drv, "leaf01", "onyx", desired, push=True)
+    assert out.status == "pushed" and drv.saved == 1, out.error
+    assert "interface ethernet 1/1-1/3 mtu 9216 force" in drv.running_config()
+    assert _switch(drv, "leaf01", "onyx", desired, push=True).status == "unchanged"
+    qos = RENDERERS["onyx"].parse(drv.running_config())
+    assert qos.port_mtu_bytes == {"Eth1/1": 9216, "Eth1/2": 9216, "Eth1/3": 9216}
+    assert qos.trust_dscp and qos.lossless_priorities == {3}
+
+
 def test_a_payload_that_cannot_be_written_applies_nothing() -> None:
     from provisioner.errors import FabricError
 
