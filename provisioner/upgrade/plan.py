@@ -300,6 +300,17 @@ def _kube_rules(target: str, current: Mapping[str, Versions], cps: Sequence[str]
                            f"{', '.join(sorted(behind_cp))} still serve "
                            f"{api[0]}.{api[1]}: a kubelet must never be newer than the API "
                            "server", "include the control planes (they go first)"))
+    at = [_key(current[h].get("kubernetes")) for h in cps if h in current]
+    if (not out and any(h not in cps for h in selected) and not any(h in cps for h in selected)
+            and at and max(at) < _key(target)):
+        # A patch too: the workers' `kubeadm upgrade node` needs the cluster's configuration
+        # at the target, which only the first control plane's `kubeadm upgrade apply`
+        # moves; each worker would fail the role's check after its drain.
+        out.append(Refusal("workers-before-control-plane",
+                           f"workers would move to Kubernetes {target} while no control "
+                           "plane has: kubeadm moves the cluster's configuration with the "
+                           "first control plane ('kubeadm upgrade apply')",
+                           "include the control planes (they go first)"))
     for h, old in olds.items():
         if old is not None and h not in cps and new[1] - old[1] > 3:
             out.append(Refusal("kubelet-too-old", f"{h} runs kubelet {old[0]}.{old[1]}, more "

@@ -101,6 +101,21 @@ def test_kubelet_never_newer_than_apiserver(site: Path) -> None:
     assert "kubelet-newer-than-apiserver" in [r.code for r in p.refusals]
 
 
+def test_workers_alone_cannot_take_a_kubernetes_patch_first(site: Path) -> None:
+    """A patch (1.31.4 -> 1.31.5) for the workers alone is refused before anything is
+    drained: their `kubeadm upgrade node` needs the cluster's configuration moved by a
+    control plane first. With a control plane in the run, it goes first and is allowed."""
+    text = (site / "bundles" / "2026.10.yaml").read_text().replace(
+        'name: "2026.10"', 'name: "next"').replace('kubernetes: "1.31.4"',
+                                                   'kubernetes: "1.31.5"')
+    (site / "bundles" / "next.yaml").write_text(text)
+    loaded = load(site)
+    p, _ = apply_mod.plan(loaded, "next", PlanOptions(), "dgx*", for_site(loaded))
+    assert [r.code for r in p.refusals] == ["workers-before-control-plane"]
+    p, _ = apply_mod.plan(loaded, "next", PlanOptions(), "dgx*,cp01", for_site(loaded))
+    assert p.ok, p.refusals
+
+
 def test_open_modules_on_volta(site: Path) -> None:
     placements = site / "placements.yaml"
     placements.write_text(placements.read_text().replace("block: dgx-h100", "block: dgx-1"))
