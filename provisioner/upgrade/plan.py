@@ -350,6 +350,16 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
                               changed, reboot, opts.durations.node_s(reboot)))
     changes = [Change(c, o, n, direction(o, n), tuple(hs))
                for (c, o, n), hs in sorted(per_comp.items(), key=lambda kv: kv[0][0])]
+    moved = sorted({h for (c, _o, _n), hs in per_comp.items() if c == "nvidia_driver"
+                    for h in hs})
+    if moved and loaded.site.software.os.startswith("dgx-os"):
+        # DGX OS ships its driver and the role installs none: the role's check that the pin
+        # is the driver DGX OS runs would fail each node after its drain
+        refusals.append(Refusal(
+            "dgx-os-driver", f"the bundle moves the driver on {', '.join(moved)}, but "
+            f"{loaded.site.software.os} ships its own driver and the tool installs none",
+            "update the driver with DGX OS's own release first, then pin the driver it runs "
+            "(nvidia_driver.version, with fabric manager and nscq at the same version)"))
     olds = [v for v in current.values()]
     for c in CLUSTER_COMPONENTS:
         before = {v.get(c) for v in olds} or {None}

@@ -116,6 +116,18 @@ def test_workers_alone_cannot_take_a_kubernetes_patch_first(site: Path) -> None:
     assert p.ok, p.refusals
 
 
+def test_a_driver_move_on_dgx_os_is_refused_before_any_drain(site: Path) -> None:
+    """DGX OS ships its driver: a bundle moving it would fail each node's check (the pin is
+    the driver DGX OS runs) after its drain, so the plan refuses it; without the driver
+    move the same site's bundle plans."""
+    (site / "site.yaml").write_text((site / "site.yaml").read_text().replace(
+        "os: ubuntu-22.04", "os: dgx-os-6"))
+    assert "dgx-os-driver" in codes(site, GOOD)
+    same = (site / "bundles" / "2026.10.yaml").read_text().replace(
+        'name: "2026.10"', 'name: "next"').replace("4.5.1", "4.5.2")
+    assert "dgx-os-driver" not in codes(site, same)
+
+
 def test_open_modules_on_volta(site: Path) -> None:
     placements = site / "placements.yaml"
     placements.write_text(placements.read_text().replace("block: dgx-h100", "block: dgx-1"))
