@@ -81,8 +81,12 @@ MOVES: tuple[Move, ...] = (
     # after a failed gate): the roles run again
     Move(Phase.CONFIGURED, "retarget", Phase.UPGRADING, "upgrade"),
     Move(Phase.VERIFIED, "retarget", Phase.UPGRADING, "upgrade"),
-    # a drained node uncordoned (by hand) before its roles ran: cordoned and drained again
+    # a drained node uncordoned (by hand) before its gate or uncordon: cordoned and drained
+    # again (pods may have landed on it; the gate's diagnostic needs the GPUs idle), then its
+    # roles run again (idempotent)
     Move(Phase.UPGRADING, "recordon", Phase.CORDONED, "upgrade"),
+    Move(Phase.CONFIGURED, "recordon", Phase.CORDONED, "upgrade"),
+    Move(Phase.VERIFIED, "recordon", Phase.CORDONED, "upgrade"),
     # an operator takes a node out of service and gives it back (re-inspected)
     Move(Phase.MAINTENANCE, "release", Phase.ENROLLED, "admin"),
 )

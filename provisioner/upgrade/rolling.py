@@ -270,12 +270,14 @@ def _resume_checked(r: Rolling, resumed: Sequence[str]) -> tuple[list[str], list
                 continue
         if not r.kube.health(h).unschedulable:
             r.kube.cordon(h)  # an operator's uncordon since: pods may have landed on it
-            again = j.phase(h) is Phase.UPGRADING
+            # past its drain: drained again, since the gate's diagnostic needs idle GPUs
+            again = j.phase(h) in (Phase.UPGRADING, Phase.CONFIGURED, Phase.VERIFIED)
             if again:
                 j.move(h, Phase.CORDONED, "recordon",
                       {"unschedulable": True, **({"bundle": r.bundle} if r.bundle else {})})
             j.note(h, "upgrade", "note", "uncordoned since the last run: cordoned again"
-                   + (", and drained again before its roles" if again else ""))
+                   + (", and drained again before its roles (which run again) and gate"
+                      if again else ""))
         if j.phase(h) is Phase.VERIFIED:  # gated by an earlier run: the gate runs again
             j.move(h, Phase.CONFIGURED, "regate", {"gate": "again"})
         go.append(h)

@@ -23,8 +23,9 @@ STEP_EDGES = {
     (P.DRAINING, P.UPGRADING), (P.UPGRADING, P.CONFIGURED), (P.MAINTENANCE, P.ENROLLED),
     # an upgrade resumed toward another bundle: the roles run again
     (P.CONFIGURED, P.UPGRADING), (P.VERIFIED, P.UPGRADING),
-    # a drained node someone uncordoned before its roles ran: cordoned and drained again
-    (P.UPGRADING, P.CORDONED),
+    # a drained node someone uncordoned before its gate or uncordon: cordoned and drained
+    # again (then its roles again)
+    (P.UPGRADING, P.CORDONED), (P.CONFIGURED, P.CORDONED), (P.VERIFIED, P.CORDONED),
 }
 # phases some step leaves: a node can fail out of these
 WORKING = {P.DISCOVERED, P.ENROLLED, P.INSPECTED, P.BOOTING, P.OS_READY, P.CONFIGURED,

@@ -80,6 +80,30 @@ def test_a_failed_node_uncordoned_since_is_cordoned_and_drained_before_its_roles
         assert any("cordoned again, and drained again before its roles" in n for n in notes)
 
 
+def test_a_node_failed_at_its_gate_and_uncordoned_since_is_drained_before_the_gate(
+        tmp_path: Path) -> None:
+    """dgx02 failed its gate (its roles had run); an operator uncordoned it and a training
+    pod landed. The retry cordons it again and drains it (the pod is evicted) before its
+    roles run again and its gate: the gate's diagnostic is never run on GPUs in use."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    bundle = _gpu_bundle(loaded)
+    store.transition("dgx02", Phase.CORDONED, detail={"bundle": bundle})
+    for p in (Phase.DRAINING, Phase.UPGRADING, Phase.CONFIGURED):
+        store.transition("dgx02", p)
+    store.transition("dgx02", Phase.FAILED, reason="gate: dcgmi diag failed")
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        srv.edit(lambda w: w["pods"].append({"namespace": "train", "name": "job-7",
+                                             "node": "dgx02", "owner": "Job"}))
+        rec = Recorder(srv, kubelet=None)
+        res = apply_mod.apply(loaded, bundle, kube, {}, _opts(1, 2, 2), profile=profile,
+                              installer=rec)
+        assert res.ok, [(n.hostname, n.reason) for n in res.failed]
+        assert not [p for p in srv.load()["pods"] if p["name"] == "job-7"]  # evicted
+        assert "configured->cordoned" in _steps(store, "dgx02")
+        assert ["dgx02"] in rec.installed  # its roles ran again after the drain
+        assert srv.load()["nodes"]["dgx02"]["unschedulable"] is False
+
+
 def test_a_node_found_verified_is_gated_again_before_its_uncordon(tmp_path: Path) -> None:
     """A run killed between dgx02's gate and its uncordon; by the next run the node is
     NotReady. It is gated again and fails, cordoned, instead of being uncordoned as it
