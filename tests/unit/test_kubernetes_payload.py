@@ -571,6 +571,31 @@ def test_the_kubelet_node_ip_is_the_management_address_and_calico_takes_it(api):
     assert "kubernetes_cni == 'calico'" in calico["when"]
 
 
+def test_a_control_plane_with_the_worker_role_gets_no_control_plane_taint():
+    """kubeadm taints a control plane NoSchedule unless nodeRegistration.taints is an
+    empty list: one the inventory also makes a worker is rendered with `taints: []`, in
+    init and join alike; a control plane alone and a worker keep kubeadm's default."""
+    from tests.conftest import ansible_eval
+    groups = {"kube_control_plane": ["cp01", "n1"], "kube_node": ["n1", "w1"]}
+    expr = (ROLE / "vars/main.yml").read_text()
+    schedulable = yaml.safe_load(expr)["kubernetes_cp_schedulable"]
+    for host, cp, want in (("n1", True, True), ("cp01", True, False), ("w1", False, False)):
+        got = ansible_eval(schedulable, inventory_hostname=host, groups=groups,
+                           kubernetes_is_control_plane=cp)
+        assert str(got).strip() == str(want), host
+    ctx = {**_join_context(cp=True, secrets=False), "kubernetes_cp_schedulable": True}
+    join = yaml.safe_load(role_template("kubernetes", "kubeadm-join.yaml.j2", **ctx))
+    init = next(d for d in yaml.safe_load_all(role_template(
+        "kubernetes", "kubeadm-init.yaml.j2", **ctx, kubernetes_control_plane_endpoint="x",
+        kubernetes_version="1.31.4", kubernetes_image_repository="", kubernetes_vip="",
+        kubernetes_pod_cidr="10.244.0.0/16", kubernetes_service_cidr="10.96.0.0/12"))
+        if d and d["kind"] == "InitConfiguration")
+    assert join["nodeRegistration"]["taints"] == [] == init["nodeRegistration"]["taints"]
+    alone = yaml.safe_load(role_template("kubernetes", "kubeadm-join.yaml.j2",
+                                         **{**ctx, "kubernetes_cp_schedulable": False}))
+    assert "taints" not in alone["nodeRegistration"]
+
+
 def _flat(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for t in tasks:
