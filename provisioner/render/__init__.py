@@ -27,6 +27,7 @@ from provisioner.inventory.models import (
     OPEN_ONLY_ARCHS,
     PROPRIETARY_ONLY_ARCHS,
     BlockType,
+    NetworkKind,
     Role,
 )
 from provisioner.inventory.topology import (
@@ -262,8 +263,15 @@ def _kubernetes_vars(loaded: LoadedSite) -> dict[str, Any]:
         endpoint = k.load_balancer if ":" in k.load_balancer else f"{k.load_balancer}:6443"
     else:
         endpoint = f"{first}:6443" if first else ""
+    # flannel takes the NIC of the default route unless told (flannel's --iface-can-reach:
+    # "the interface to use of command 'ip route get <ip-address>'"): the management
+    # network's own address routes to its NIC on every node and belongs to none (validate
+    # refuses a node on it), where the VIP would route to `lo` on the node holding it.
+    mgmt = next((n for n in loaded.site.networks if n.kind is NetworkKind.MANAGEMENT), None)
     return {"kubernetes_control_plane_endpoint": endpoint,
-            "kubernetes_vip": str(k.vip) if k.vip is not None else ""}
+            "kubernetes_vip": str(k.vip) if k.vip is not None else "",
+            "kubernetes_flannel_iface_can_reach":
+                str(mgmt.cidr.network_address) if mgmt is not None else ""}
 
 
 def payload_for(loaded: LoadedSite, h: HostPlan) -> payload_mod.Payload | None:

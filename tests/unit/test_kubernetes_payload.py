@@ -871,3 +871,29 @@ def test_a_control_plane_certificate_near_its_end_fails_verify(tmp_path):
     assert msg.startswith("etcd/peer.crt expire within 14 days: renew them")
     assert holds(check["ansible.builtin.assert"]["that"],
                  node_verify_cert_ends={"results": results[:1]})
+
+
+def test_flannel_takes_the_management_nic_once(tmp_path):
+    """flannel's VXLAN goes over the NIC that routes to the management network's own
+    address (rendered from the site), added once after --kube-subnet-mgr: a second run
+    leaves the manifest as it is."""
+    from tests.conftest import ansible_eval
+    out = render.render(load(EXAMPLE), tmp_path / "out").out
+    gv = yaml.safe_load((out / "inventory/group_vars/all.yml").read_text())
+    assert gv["kubernetes_flannel_iface_can_reach"] == "10.250.0.0"  # mgmt 10.250.0.0/24
+    task = next(t for t in _yaml(ROLE / "tasks/main.yml")
+                if t.get("name") == "Give flannel the management network's NIC")
+    rep = task["ansible.builtin.replace"]
+    manifest = ("      containers:\n      - args:\n        - --ip-masq\n"
+                "        - --kube-subnet-mgr\n        command:\n        - /opt/bin/flanneld\n")
+    with_arg = ansible_eval(rep["replace"], kubernetes_flannel_iface_can_reach="10.250.0.0")
+
+    def apply(text: str) -> str:  # what the replace module does (re.MULTILINE, subn)
+        return re.compile(rep["regexp"], re.MULTILINE).sub(with_arg, text)
+
+    once = apply(manifest)
+    assert "        - --kube-subnet-mgr\n        - --iface-can-reach=10.250.0.0\n" \
+        "        command:\n" in once
+    assert yaml.safe_load(once)["containers"][0]["args"] == [
+        "--ip-masq", "--kube-subnet-mgr", "--iface-can-reach=10.250.0.0"]
+    assert apply(once) == once
