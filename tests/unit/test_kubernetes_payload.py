@@ -897,3 +897,19 @@ def test_flannel_takes_the_management_nic_once(tmp_path):
     assert yaml.safe_load(once)["containers"][0]["args"] == [
         "--ip-masq", "--kube-subnet-mgr", "--iface-can-reach=10.250.0.0"]
     assert apply(once) == once
+
+
+def test_the_cluster_is_reached_through_the_vip_again_before_the_cni():
+    """Rewriting kube-vip's manifest restarts its pod, which gives the VIP up for a while:
+    the first kubectl call through the VIP after it (the CNI's) waits until the API server
+    answers there, and fails the node only when it never does."""
+    names = [t.get("name") for t in _flat(_yaml(ROLE / "tasks/main.yml"))]
+    wait = names.index("Wait for the API server to answer through the VIP")
+    assert names.index("Serve the control-plane VIP with kube-vip on the further "
+                       "control planes") < wait < names.index("Compare the CNI manifest "
+                                                              "with the cluster")
+    task = next(t for t in _flat(_yaml(ROLE / "tasks/main.yml"))
+                if t.get("name") == "Wait for the API server to answer through the VIP")
+    assert task["until"] == "kubernetes_vip_ready.rc == 0" and task["retries"] >= 12
+    assert "--raw=/readyz" in task["ansible.builtin.command"]["argv"]
+    assert "failed_when" not in task  # out of retries, the node fails
