@@ -69,19 +69,29 @@ CNI_MANIFESTS = {
     "flannel": ("https://github.com/flannel-io/flannel/releases/download/{v}/",
                 "kube-flannel.yml"),
 }
-# Operator charts (NGC chart repository helm.ngc.nvidia.com/nvidia). Network Operator 25.7.0
-# and its component tag: NVIDIA Network Operator v25.7.0, "NicClusterPolicy Custom Resource
-# Example" (docs.nvidia.com/networking/display/kubernetes2570) [P]; 25.4.x is end of life
-# (v25.10.0 "Life Cycle Management") [P].
-GPU_OPERATOR_CHART_VERSION = "v25.3.0"
-# The Kubernetes minors it supports: "Added support for Kubernetes v1.32 ... the minimum
-# supported Kubernetes versions has been updated to v1.29" (GPU Operator 25.3.0 release
-# notes, NVIDIA/cloud-native-docs PR #165) [S].
-GPU_OPERATOR_KUBERNETES = ((1, 29), (1, 32))
-NETWORK_OPERATOR_CHART_VERSION = "25.7.0"
-NETWORK_OPERATOR_COMPONENT_VERSION = "network-operator-v25.7.0"
+# Operator charts (NGC chart repository helm.ngc.nvidia.com/nvidia), the releases NVIDIA
+# supports today: "26.7.x Supported | 26.3.x Deprecated | 25.10.x and lower End of Support"
+# (GPU Operator platform support) and "26.7.x Supported | 26.4.x Deprecated | 26.1.x and
+# lower End of Support" (Network Operator v26.7.0 platform support,
+# docs.nvidia.com/networking/display/kubernetes2670) [P]. Both support upgrades only within
+# a major release or to the next one (their life-cycle policies): a cluster on 25.x moves
+# through each major in turn, a bundle per step.
+GPU_OPERATOR_CHART_VERSION = "v26.7.0"  # NVIDIA/gpu-operator tag v26.7.0, 2026-08-20 [S]
+# The Kubernetes minors it supports: "1.33---1.36" (gpu-operator/platform-support.rst,
+# NVIDIA/cloud-native-docs tag gpu-operator-v26.7-1) [S].
+GPU_OPERATOR_KUBERNETES = ((1, 33), (1, 36))
+# The lines a deployed release may move to the pinned one from: its own and the one before
+# (26.3, NVIDIA/gpu-operator tag v26.3.0) [S].
+GPU_OPERATOR_UPGRADE_FROM = ("26.3", "26.7")
+# The chart's version carries no "v" (Chart.yaml `version: 26.7.0-rc.2` on the v26.7.x
+# branch, as 25.7.0 and 26.4.1 before it); the components' images are tagged
+# network-operator-v<version> in nvcr.io/nvidia/mellanox (the NicClusterPolicy example of
+# each release; confirmed for 26.4.1's, hack/release.yaml) [S].
+NETWORK_OPERATOR_CHART_VERSION = "26.7.0"
+NETWORK_OPERATOR_COMPONENT_VERSION = "network-operator-v26.7.0"
+NETWORK_OPERATOR_UPGRADE_FROM = ("26.4", "26.7")  # 26.4.1, 2026-07-24 [S]
 KUBE_VIP_IMAGE = "ghcr.io/kube-vip/kube-vip"
-KUBE_VIP_VERSION = "v0.8.9"
+KUBE_VIP_VERSION = "v1.2.3"  # kube-vip tag v1.2.3, 2026-08-10 [S]
 # Where the Network Operator's components live (its chart's values.yaml) [S].
 NETWORK_OPERATOR_REPOSITORY = "nvcr.io/nvidia/mellanox"
 PAUSE_IMAGE = "registry.k8s.io/pause"
@@ -176,6 +186,8 @@ def site_vars(sw: Software) -> dict[str, Any]:
     cni_version, _tested = cni_release(k8s.cni, k8s.version)
     data["kubernetes_cni_version"] = cni_version
     data |= {"kubernetes_gpu_operator_chart_version": GPU_OPERATOR_CHART_VERSION,
+             "kubernetes_gpu_operator_upgrade_from": list(GPU_OPERATOR_UPGRADE_FROM),
+             "kubernetes_network_operator_upgrade_from": list(NETWORK_OPERATOR_UPGRADE_FROM),
              "kubernetes_network_operator_chart_version": NETWORK_OPERATOR_CHART_VERSION,
              "kubernetes_network_operator_component_version":
                  NETWORK_OPERATOR_COMPONENT_VERSION}

@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 _LOCK = threading.Lock()
 
 
-def world(nodes: list[str], *, gpus: int = 8, kubelet: str = "v1.31.4",
+def world(nodes: list[str], *, gpus: int = 8, kubelet: str = "v1.35.8",  # the example's pin
           control_planes: tuple[str, ...] = ()) -> dict[str, Any]:
     """A starting world: every node Ready and schedulable, no PDBs, no pods but each
     control plane's API server (kubeadm's static pod, listed as its mirror pod)."""

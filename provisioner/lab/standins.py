@@ -105,10 +105,12 @@ STANDINS: tuple[tuple[str, StandIn], ...] = (
     (r"(nvidia|cuda|libnvidia|doca|mlnx|nvlsm|libnvsdm).*", StandIn("-1")),
 )
 # Real neighbouring releases of pinned versions (for upgrade, downgrade and hold tests):
-# NVIDIA's R570 datacenter driver releases; Kubernetes patch releases of 1.31.
+# NVIDIA's R570 datacenter driver releases; Kubernetes patch releases of 1.35 (1.35.9 of
+# 2026-09-15, kubernetes.io/releases/1.35; 1.35.7 and 1.35.8 in kubespray's kubeadm
+# checksums).
 NEIGHBOURS: dict[str, tuple[str, ...]] = {
     "570.124.06": ("570.86.15", "570.133.20"),
-    "1.31.4": ("1.31.3", "1.31.5"),
+    "1.35.8": ("1.35.7", "1.35.9"),
 }
 
 

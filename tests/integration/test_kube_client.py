@@ -60,7 +60,7 @@ def test_cordon_evict_uncordon_through_the_official_client(api: StandInApiServer
     assert {p["name"] for p in api.load()["pods"]} == {"dp"}
     h1, h2 = kube.health("n1"), kube.health("n2")
     assert (h1.ready, h1.unschedulable, h1.allocatable_gpus) == (True, True, 8)
-    assert h2.ready is False and h1.kubelet_version == "v1.31.4"
+    assert h2.ready is False and h1.kubelet_version == "v1.35.8"
     kube.uncordon("n1")
     assert api.load()["nodes"]["n1"]["unschedulable"] is False
     # The bearer token went in a header, and nowhere the stand-in records.

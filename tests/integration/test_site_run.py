@@ -85,7 +85,7 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     assert "kind: JoinConfiguration" in (dgx / "etc/kubernetes/kubeadm-config.yaml").read_text()
     cp = upper(state, "cp01")
     init = (cp / "etc/kubernetes/kubeadm-config.yaml").read_text()
-    assert "kubernetesVersion: v1.31.4" in init and "podSubnet: 10.244.0.0/16" in init
+    assert "kubernetesVersion: v1.35.8" in init and "podSubnet: 10.244.0.0/16" in init
     assert 'default_runtime_name = "runc"' in (cp / "etc/containerd/config.toml").read_text()
     assert not (upper(state, "stor01") / "etc/containerd").exists()  # storage: no Kubernetes
     assert not Path("/etc/provisioner/roce-qos.env").exists()  # the real machine untouched
@@ -105,13 +105,13 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     assert (dgx / "etc/apt/keyrings/provisioner-mirror.asc").read_text() == \
         Path(state.mirror["key_file"]).read_text()
     pkgs = dpkg_status(dgx)
-    # the mirror also holds 570.86.15 and 570.133.20 (and Kubernetes 1.31.3, 1.31.5): the
+    # the mirror also holds 570.86.15 and 570.133.20 (and Kubernetes 1.35.7, 1.35.9): the
     # pins choose, not the archive's newest
     for name, version in {"nvidia-driver-570-open": "570.124.06-0ubuntu1",
                           "libnvidia-compute-570": "570.124.06-0ubuntu1",
                           "nvidia-fabricmanager-570": "570.124.06-1",
                           "libnvidia-nscq-570": "570.124.06-1",
-                          "kubeadm": "1.31.4-1.1", "kubelet": "1.31.4-1.1"}.items():
+                          "kubeadm": "1.35.8-1.1", "kubelet": "1.35.8-1.1"}.items():
         assert pkgs[name][0].endswith(" ok installed") and pkgs[name][1] == version, \
             (name, pkgs.get(name))
     assert pkgs["kubeadm"][0] == "hold ok installed"  # held at the pinned version

@@ -12,7 +12,7 @@ for real on cp01 apart from the run: apt moves its kubeadm, and nothing outside 
 runs.
 
 dgx01 is first installed for real at the site's pins (release 2026.10: driver 570.124.06,
-DCGM 4.5.1, Kubernetes 1.31.4) from the lab's signed mirror, so the upgrade shows apt moving
+DCGM 4.5.1, Kubernetes 1.35.8) from the lab's signed mirror, so the upgrade shows apt moving
 installed packages to the bundle's versions, not a first install at them."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ WORKERS = {"dgx01", "dgx02", "stor01"}
 def upgrade_lab(tmp_path_factory: Any) -> Iterator[tuple[Path, StandInApiServer, Path]]:
     with ssh_lab(tmp_path_factory, EXAMPLE, "upgrade") as (site, state):
         hosts = control_planes_upgraded(site, "2026.11")
-        w = world(hosts, kubelet="v1.31.4")
+        w = world(hosts, kubelet="v1.35.8")
         w["nodes"][BAD]["ready"] = False  # its kubelet does not come back: the gate fails
         w["pods"] = [
             {"namespace": "gpu-operator", "name": "dcgm-exporter-dgx01", "node": "dgx01",
@@ -163,13 +163,13 @@ def test_a_control_plane_moves_in_place_with_its_tagged_tasks_only(upgrade_lab):
     for a new node (a member takes kubeadm alone: test_kubernetes_payload)."""
     site, _srv, dgx01 = upgrade_lab
     cp01 = dgx01.parent.parent / "cp01" / "upper"
-    assert installed(cp01)["kubeadm"].startswith("1.31.4-")
+    assert installed(cp01)["kubeadm"].startswith("1.35.8-")
     loaded = load(site)
     target = effective(loaded, load_bundle(site, "2026.11").bundle)
     inst = AnsibleInstaller(site_at(loaded, target), for_site(loaded, lab=True), {},
                             target.name, forks=5)
     assert inst.control_plane_first("cp01") is None
-    assert installed(cp01)["kubeadm"].startswith("1.32.4-")  # apt, from the signed mirror
+    assert installed(cp01)["kubeadm"].startswith("1.36.4-")  # apt, from the signed mirror
     artifacts = inst.project() / "artifacts"
     last = max(artifacts.iterdir(), key=lambda d: d.stat().st_mtime)
     ran = {json.loads(f.read_text()).get("event_data", {}).get("task", "")

@@ -71,7 +71,7 @@ def test_the_mirrored_site_uses_its_own_sources(tmp_path):
     assert f"container_runtime_sandbox_image: {MIRROR_HOST}:5000/pause:3.10" in gv
     assert f"kubernetes_helm_repo_url: http://{MIRROR_HOST}/charts/" in gv
     assert (f"kubernetes_cni_manifest_url: http://{MIRROR_HOST}/manifests/calico/"
-            f"{sources.cni_release('calico', '1.31.4')[0]}/calico.yaml") in gv
+            f"{sources.cni_release('calico', '1.35.8')[0]}/calico.yaml") in gv
     assert "- ntp1.site.internal" in gv and "base_os_ntp_pools" not in gv
 
 

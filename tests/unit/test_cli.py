@@ -111,7 +111,8 @@ def test_usage_error_exits_2():
 
 def test_render_artifacts_at_a_bundle_lists_what_the_upgrade_will_fetch():
     """`render --artifacts --bundle 2026.11`: what an air-gapped mirror must hold before the
-    upgrade (2026.11 moves Kubernetes to 1.32.4, and with it the CNI release)."""
+    upgrade (2026.11 moves Kubernetes to 1.36.4; the CNI release is the one tested on each
+    minor, Calico v3.33 on both 1.35 and 1.36)."""
     from provisioner import sources
 
     def versions(*extra: str) -> dict[str, str]:
@@ -120,10 +121,9 @@ def test_render_artifacts_at_a_bundle_lists_what_the_upgrade_will_fetch():
         return {a["name"]: a["version"] for a in json.loads(result.output)["artifacts"]}
 
     now, then = versions(), versions("--bundle", "2026.11")
-    assert now["kubeadm"] == "1.31.4" and then["kubeadm"] == "1.32.4"
+    assert now["kubeadm"] == "1.35.8" and then["kubeadm"] == "1.36.4"
     manifest = "calico CNI manifest (calico.yaml)"
-    assert (now[manifest], then[manifest]) == (sources.cni_release("calico", "1.31.4")[0],
-                                               sources.cni_release("calico", "1.32.4")[0])
-    assert now[manifest] != then[manifest]
+    assert (now[manifest], then[manifest]) == (sources.cni_release("calico", "1.35.8")[0],
+                                               sources.cni_release("calico", "1.36.4")[0])
     refused = runner.invoke(app, ["render", str(EXAMPLE), "--bundle", "2026.11"])
     assert refused.exit_code != 0 and "--bundle goes with --artifacts" in refused.output

@@ -10,9 +10,9 @@ import yaml
 from provisioner import render, sources
 from provisioner.inventory import load
 from provisioner.inventory.checks import check
-from tests.conftest import ROOT, ansible_eval, edited_example, holds, role_task
+from tests.conftest import EXAMPLE, ROOT, ansible_eval, edited_example, holds, role_task
 
-EXAMPLE_K8S = 'kubernetes: {version: "1.31.4", cni: calico, vip: 10.250.0.250}'
+EXAMPLE_K8S = 'kubernetes: {version: "1.35.8", cni: calico, vip: 10.250.0.250}'
 
 
 @pytest.mark.parametrize(("cni", "kubernetes", "version", "tested"), [
@@ -44,7 +44,7 @@ def test_a_minor_by_minor_kubernetes_upgrade_moves_each_cni_a_minor_at_most():
 
 
 def test_the_site_and_its_artifacts_get_the_release_for_its_minor(tmp_path):
-    site = edited_example(tmp_path, EXAMPLE_K8S, EXAMPLE_K8S.replace("1.31.4", "1.34.2"))
+    site = edited_example(tmp_path, EXAMPLE_K8S, EXAMPLE_K8S.replace("1.35.8", "1.34.2"))
     loaded = load(site)
     gv = (render.render(loaded, tmp_path / "o").out / "inventory/group_vars/all.yml"
           ).read_text()
@@ -56,7 +56,7 @@ def test_the_site_and_its_artifacts_get_the_release_for_its_minor(tmp_path):
 
 
 def test_validate_warns_of_a_minor_no_known_release_is_tested_on(tmp_path):
-    site = edited_example(tmp_path, EXAMPLE_K8S, EXAMPLE_K8S.replace("1.31.4", "1.38.1"))
+    site = edited_example(tmp_path, EXAMPLE_K8S, EXAMPLE_K8S.replace("1.35.8", "1.38.1"))
     hits = [f for f in check(load(site)) if f.code == "cni-untested"]
     assert len(hits) == 1 and hits[0].severity.value == "warning"
     assert "calico v3.33.0 is used" in hits[0].message
@@ -134,15 +134,47 @@ def test_a_pod_cidr_with_fewer_node_ranges_than_nodes(tmp_path, cni, severity):
     assert not [f for f in check(load(wide)) if f.code.startswith("pod-cidr")]
 
 
-@pytest.mark.parametrize(("version", "said"), [("1.31.4", False), ("1.32.9", False),
-                                               ("1.34.2", True)])
+@pytest.mark.parametrize(("version", "said"), [("1.32.9", True), ("1.33.2", False),
+                                               ("1.36.4", False), ("1.37.1", True)])
 def test_validate_says_when_the_pinned_gpu_operator_does_not_support_the_minor(
         tmp_path, version, said):
-    """The GPU Operator chart is pinned whatever the minor: 25.3.0 supports 1.29 to 1.32
-    (its release notes)."""
-    site = edited_example(tmp_path, EXAMPLE_K8S, EXAMPLE_K8S.replace("1.31.4", version))
+    """The GPU Operator chart is pinned whatever the minor: v26.7.0 supports 1.33 to 1.36
+    (its platform support page)."""
+    site = edited_example(tmp_path, EXAMPLE_K8S, EXAMPLE_K8S.replace("1.35.8", version))
     hits = [f for f in check(load(site)) if f.code == "gpu-operator-unsupported"]
     assert bool(hits) is said
     if said:
         assert hits[0].severity.value == "warning"
-        assert "supports Kubernetes 1.29 to 1.32, not 1.34" in hits[0].message
+        assert f"supports Kubernetes 1.33 to 1.36, not {version[:4]}" in hits[0].message
+
+
+@pytest.mark.parametrize(("deployed", "ok"), [
+    ([], True),  # a first install
+    ([{"chart": "gpu-operator-v26.3.1", "status": "deployed"}], True),  # the line before
+    ([{"chart": "gpu-operator-v26.7.0", "status": "deployed"}], True),
+    ([{"chart": "gpu-operator-v25.3.0", "status": "deployed"}], False),  # skips 25.10, 26.3
+    ([{"chart": "gpu-operator-v27.1.0", "status": "deployed"}], False)])  # a rollback
+def test_an_nvidia_operator_moves_one_release_line_at_a_time(deployed, ok):
+    """NVIDIA supports an operator's upgrade within its release line or to the next only:
+    a cluster further behind stops before helm, told the lines to go through; the pinned
+    release names the lines it may come from (sources.py), rendered into the role."""
+    from tests.conftest import run_assert
+    task = role_task("kubernetes", "Refuse to skip a release line: "
+                     "{{ kubernetes_release.name }}", file="tasks/helm_release.yml")
+    release = {"name": "gpu-operator", "chart": "nvidia/gpu-operator", "version": "v26.7.0",
+               "namespace": "gpu-operator",
+               "upgrade_from": list(sources.GPU_OPERATOR_UPGRADE_FROM)}
+    ctx = {"kubernetes_release": release, "kubernetes_release_listed": deployed}
+    runs = holds(task["when"], **ctx)
+    assert runs is bool(deployed)
+    if runs:
+        passed, said = run_assert(task, **ctx)
+        assert passed is ok
+        line = deployed[0]["chart"].removeprefix("gpu-operator-v").rsplit(".", 1)[0]
+        assert f"gpu-operator {line} is deployed" in said and "26.3 or 26.7" in said
+    gv = sources.site_vars(load(EXAMPLE).site.software)
+    assert gv["kubernetes_gpu_operator_upgrade_from"] == ["26.3", "26.7"]
+    assert gv["kubernetes_network_operator_upgrade_from"] == ["26.4", "26.7"]
+    for name in ("Install the GPU Operator, keeping the host-installed driver and toolkit",
+                 "Install the Network Operator for RoCE"):
+        assert "upgrade_from" in role_task("kubernetes", name)["vars"]["kubernetes_release"]

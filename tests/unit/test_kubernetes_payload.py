@@ -121,7 +121,7 @@ def test_operators_are_pinned(tmp_path):
 def test_containerds_pause_image_is_the_one_kubeadm_pulls(tmp_path, version, tag):
     """kubeadm's preflight pulls its own pause image; containerd's sandbox image, and the
     image render --artifacts tells an air-gapped site to mirror, are the same one."""
-    loaded = load(edited_example(tmp_path, 'version: "1.31.4"', f'version: "{version}"'))
+    loaded = load(edited_example(tmp_path, 'version: "1.35.8"', f'version: "{version}"'))
     gv = _yaml(render.render(loaded, tmp_path / "o").out / "inventory/group_vars/all.yml")
     assert gv["container_runtime_sandbox_image"] == f"registry.k8s.io/pause:{tag}"
     images = {i["name"]: i["version"] for i in render.artifacts(loaded) if i["kind"] == "image"}
@@ -476,8 +476,10 @@ def test_the_gpu_operators_exporter_reads_the_host_engine_the_dcgm_role_runs():
     host_driver = {"driver": {"enabled": False}, "toolkit": {"enabled": False}}
     assert _gpu_operator_values(gpu, host_dcgm=True) == {
         **host_driver, "dcgm": {"enabled": False},
-        # the operator turns on hostNetwork only for an address at "localhost"
-        "dcgmExporter": {"env": [{"name": "DCGM_REMOTE_HOSTENGINE_INFO",
+        # "localhost" is the node's own only on the host network, which the operator no
+        # longer turns on for an engine named in env (from 25.10)
+        "dcgmExporter": {"hostNetwork": True,
+                         "env": [{"name": "DCGM_REMOTE_HOSTENGINE_INFO",
                                   "value": "localhost:5555"}]}}
     assert _gpu_operator_values(gpu, host_dcgm=False) == host_driver
 

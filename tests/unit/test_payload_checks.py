@@ -175,7 +175,7 @@ def test_a_containerd_the_kubelet_cannot_use_or_the_mirror_default_is_refused(
     task = role_task("container_runtime", "Refuse a containerd without CRI v1 (or, with a "
                      "registry mirror, without _default)")
     defaults = yaml.safe_load((ROOT / "roles/container_runtime/defaults/main.yml").read_text())
-    site = edited_example(tmp_path, 'version: "1.31.4"', f'version: "{kubernetes}"')
+    site = edited_example(tmp_path, 'version: "1.35.8"', f'version: "{kubernetes}"')
     rendered = yaml.safe_load((render.render(load(site), tmp_path / "o").out
                                / "inventory/group_vars/all.yml").read_text())
     ctx = {"container_runtime_containerd_version": {"stdout": installed, "rc": 0},

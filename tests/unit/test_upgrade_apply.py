@@ -43,7 +43,7 @@ class Recorder:
     stand-in's world, leaves there what kubeadm upgrade would (the kubelet, and a control
     plane's API server, at the bundle's version), which the gate reads back."""
 
-    def __init__(self, srv: StandInApiServer | None = None, kubelet: str | None = "v1.32.4"
+    def __init__(self, srv: StandInApiServer | None = None, kubelet: str | None = "v1.36.4"
                  ) -> None:
         self.installed: list[list[str]] = []
         self.rebooted: list[str] = []
@@ -106,7 +106,7 @@ def test_apply_fails_one_gate_then_the_rerun_completes(tmp_path: Path) -> None:
             rec.installed
         assert rec.installed[0] != ["cp01"]  # a worker went beside the first control plane
         notes = [e.detail.get("note", "") for e in store.events() if e.kind == "note"]
-        assert any("the API servers are on v1.32.4" in n for n in notes), notes
+        assert any("the API servers are on v1.36.4" in n for n in notes), notes
         assert sorted(rec.rebooted) == ["dgx01", "dgx02"]  # the driver changed on GPU nodes
         nodes = srv.load()["nodes"]
         assert nodes["dgx02"]["unschedulable"] is True
@@ -217,7 +217,7 @@ def _gpu_bundle(loaded: LoadedSite) -> str:
     out with --limit, and it can be rolled back to 2026.10)."""
     text = (loaded.base_dir / "bundles/2026.11.yaml").read_text()
     text = text.replace('name: "2026.11"', 'name: "2026.11-gpu"').replace(
-        'kubernetes: "1.32.4"', 'kubernetes: "1.31.4"')
+        'kubernetes: "1.36.4"', 'kubernetes: "1.35.8"')
     (loaded.base_dir / "bundles/2026.11-gpu.yaml").write_text(text)
     return "2026.11-gpu"
 
@@ -285,7 +285,7 @@ def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
         opts = _opts(2, 2, 2, limit="dgx01,dgx02")
         runs = []
         for bundle in (_gpu_bundle(loaded), "2026.10"):  # fails on each: not Ready
-            runs.append(Recorder(srv, "v1.31.4"))  # both bundles pin Kubernetes 1.31.4
+            runs.append(Recorder(srv, "v1.35.8"))  # both bundles pin Kubernetes 1.35.8
             apply_mod.apply(loaded, bundle, kube, {}, opts, profile=profile,
                             installer=runs[-1])
             assert store.node("dgx02").failed_phase is Phase.CONFIGURED
@@ -295,7 +295,7 @@ def test_a_rollback_runs_the_roles_again_on_a_node_that_failed_its_gate(
                  and e.hostname == "dgx02" and e.to_phase == "upgrading"]
         assert moves[-1].get("from_bundle") == "2026.11-gpu"
         _set_node(srv, "dgx02", ready=True)
-        rec = Recorder(srv, "v1.31.4")
+        rec = Recorder(srv, "v1.35.8")
         res = apply_mod.apply(loaded, "2026.10", kube, {}, opts, profile=profile,
                               installer=rec)
         assert res.ok, [(n.hostname, n.reason) for n in res.nodes]
@@ -402,7 +402,7 @@ def test_control_planes_first_falls_back_when_an_api_server_did_not_move(
         assert rec.installed[:3] == [["cp01"], ["cp02"], ["cp03"]], rec.installed
         notes = [str(e.detail.get("note", "")) for e in store.events("cp02")
                  if e.kind == "note"]
-        assert any("its API server reports v1.31.4, not v1.32.4" in n
+        assert any("its API server reports v1.35.8, not v1.36.4" in n
                    and "every control plane goes alone" in n for n in notes), notes
 
 
@@ -414,7 +414,7 @@ def test_no_control_plane_moves_in_place_below_etcd_quorum(tmp_path: Path) -> No
     target = apply_mod.effective(loaded, load_bundle(loaded.base_dir, "2026.11").bundle)
     store.record("cp03", UPGRADED, {"bundle": target.name, "versions": target.components()})
     with _cluster(tmp_path, hosts) as (srv, kube):
-        srv.edit(lambda w: move_versions(w, ["cp03"], "v1.32.4"))
+        srv.edit(lambda w: move_versions(w, ["cp03"], "v1.36.4"))
         _set_node(srv, "cp03", ready=False)
         rec = Recorder(srv)
         res = apply_mod.apply(loaded, "2026.11", kube, {}, _opts(3, 3, 1), profile=profile,
@@ -457,24 +457,24 @@ def test_plan_expects_control_planes_first_as_apply_does_it(tmp_path: Path) -> N
 
 
 def test_a_patch_move_goes_beside_a_control_plane_left_out(tmp_path: Path) -> None:
-    """A Kubernetes patch (1.31.4 -> 1.31.5) with cp03 left out by --limit: the plan allows
-    it (the skew rule is per minor), cp01 and cp02 move in place, and cp03 serving 1.31.4
+    """A Kubernetes patch (1.35.8 -> 1.35.9) with cp03 left out by --limit: the plan allows
+    it (the skew rule is per minor), cp01 and cp02 move in place, and cp03 serving 1.35.8
     holds nothing: the workers go beside the control planes' rounds."""
     loaded, profile, hosts, store = _ready_site(tmp_path)
     text = (loaded.base_dir / "bundles/2026.10.yaml").read_text()
     (loaded.base_dir / "bundles/patch.yaml").write_text(
         text.replace('name: "2026.10"', 'name: "patch"')
-        .replace('kubernetes: "1.31.4"', 'kubernetes: "1.31.5"'))
+        .replace('kubernetes: "1.35.8"', 'kubernetes: "1.35.9"'))
     with _cluster(tmp_path, hosts) as (srv, kube):
-        srv.edit(lambda w: move_versions(w, hosts, "v1.31.4"))
-        rec = Recorder(srv, kubelet="v1.31.5")
+        srv.edit(lambda w: move_versions(w, hosts, "v1.35.8"))
+        rec = Recorder(srv, kubelet="v1.35.9")
         res = apply_mod.apply(loaded, "patch", kube, {}, _opts(3, 3, 1, limit="!cp03"),
                               profile=profile, installer=rec)
         assert res.ok, [(n.hostname, n.reason) for n in res.failed]
         assert rec.first == ["cp01", "cp02"]
         assert rec.installed[0] != ["cp01"], rec.installed  # workers beside it
         notes = [str(e.detail.get("note", "")) for e in store.events() if e.kind == "note"]
-        assert any("the API servers are on v1.31.5" in n for n in notes), notes
+        assert any("the API servers are on v1.35.9" in n for n in notes), notes
 
 
 def test_our_own_cordon_left_unrecorded_is_not_taken_for_an_operators(
@@ -578,17 +578,17 @@ class KubeletStaysBehind(Recorder):
         if self.behind in batch:
             assert self.srv is not None
             if self.part == "kubelet":
-                _set_node(self.srv, self.behind, kubelet="v1.31.4")
+                _set_node(self.srv, self.behind, kubelet="v1.35.8")
             else:
-                self.srv.edit(lambda w: move_versions(w, [self.behind], "v1.31.4")
-                              or w["nodes"][self.behind].update(kubelet="v1.32.4"))
+                self.srv.edit(lambda w: move_versions(w, [self.behind], "v1.35.8")
+                              or w["nodes"][self.behind].update(kubelet="v1.36.4"))
         return out
 
 
 @pytest.mark.parametrize(("behind", "part", "why"), [
-    ("dgx01", "kubelet", "the kubelet reports v1.31.4, expected v1.32.4"),
-    ("cp01", "apiserver", "its API server (kube-system/kube-apiserver-cp01) runs v1.31.4, "
-                          "expected v1.32.4")])
+    ("dgx01", "kubelet", "the kubelet reports v1.35.8, expected v1.36.4"),
+    ("cp01", "apiserver", "its API server (kube-system/kube-apiserver-cp01) runs v1.35.8, "
+                          "expected v1.36.4")])
 def test_the_gate_checks_the_kubernetes_version_the_cluster_reports(
         tmp_path: Path, behind: str, part: str, why: str) -> None:
     """A bundle that moves Kubernetes: the gate asks the cluster what each node's kubelet
@@ -621,9 +621,9 @@ def test_the_lab_does_not_check_kubernetes_versions_and_says_so(tmp_path: Path) 
 
 def test_a_control_plane_left_part_way_is_checked_at_the_new_target(tmp_path: Path) -> None:
     """cp01's roles ran at 2026.11 (kubeadm upgrade apply: its API server and kubelet at
-    1.32.4), then it failed its gate. Retargeted to a bundle pinning 1.31.4, whose plan shows
+    1.36.4), then it failed its gate. Retargeted to a bundle pinning 1.35.8, whose plan shows
     no Kubernetes change (nothing was recorded done), the gate still asks the cluster, and
-    finds the control plane at 1.32.4: it fails, it is not recorded on the new bundle."""
+    finds the control plane at 1.36.4: it fails, it is not recorded on the new bundle."""
     loaded, profile, hosts, store = _ready_site(tmp_path)
     with _cluster(tmp_path, hosts) as (srv, kube):
         _set_node(srv, "cp01", ready=False)
@@ -636,6 +636,6 @@ def test_a_control_plane_left_part_way_is_checked_at_the_new_target(tmp_path: Pa
                               installer=Recorder(srv, kubelet=None))  # nothing moves back
         assert [n.hostname for n in res.failed] == ["cp01"]
         why = res.failed[0].reason or ""
-        assert "the kubelet reports v1.32.4, expected v1.31.4" in why
-        assert "kube-apiserver-cp01) runs v1.32.4, expected v1.31.4" in why
+        assert "the kubelet reports v1.36.4, expected v1.35.8" in why
+        assert "kube-apiserver-cp01) runs v1.36.4, expected v1.35.8" in why
         assert not [e for e in store.events() if e.kind == "upgraded"]

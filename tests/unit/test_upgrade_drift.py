@@ -30,4 +30,4 @@ def test_nodes_on_a_newer_bundle_than_the_site_pins_are_said(tmp_path: Path) -> 
     assert said is not None
     assert "dgx01, dgx02 run bundle 2026.11" in said and "cp01" not in said
     assert "nvidia_driver 570.148.08 (site: 570.124.06)" in said
-    assert "kubernetes 1.32.4 (site: 1.31.4)" in said
+    assert "kubernetes 1.36.4 (site: 1.35.8)" in said

@@ -27,7 +27,7 @@ fabric_manager: "570.148.08"
 nscq: "570.148.08"
 cuda: "12.8.1"
 doca: "2.9.1"
-kubernetes: "1.32.4"
+kubernetes: "1.36.4"
 """
 
 
@@ -81,15 +81,15 @@ def test_fabric_manager_must_equal_driver(site: Path) -> None:
 
 
 def test_kubernetes_may_not_skip_a_minor(site: Path) -> None:
-    assert codes(site, GOOD.replace("1.32.4", "1.33.1")) == ["kubernetes-skips-minor"]
+    assert codes(site, GOOD.replace("1.36.4", "1.37.1")) == ["kubernetes-skips-minor"]
 
 
 def test_kubernetes_downgrade_is_refused_driver_downgrade_is_a_warning(site: Path) -> None:
-    back = GOOD.replace("1.32.4", "1.30.9").replace("570.148.08", "570.124.06")
+    back = GOOD.replace("1.36.4", "1.34.9").replace("570.148.08", "570.124.06")
     p = plan_of(site, back.replace('"12.8.1"', '"12.8"'))
     assert [r.code for r in p.refusals] == ["kubernetes-downgrade"]
     drv = GOOD.replace("570.148.08", "570.86.15").replace('"12.8.1"', '"12.8"').replace(
-        "1.32.4", "1.31.4")
+        "1.36.4", "1.35.8")
     p = plan_of(site, drv)
     assert p.ok and any("nvidia_driver goes back" in w for w in p.warnings)
 
@@ -102,12 +102,12 @@ def test_kubelet_never_newer_than_apiserver(site: Path) -> None:
 
 
 def test_workers_alone_cannot_take_a_kubernetes_patch_first(site: Path) -> None:
-    """A patch (1.31.4 -> 1.31.5) for the workers alone is refused before anything is
+    """A patch (1.35.8 -> 1.35.9) for the workers alone is refused before anything is
     drained: their `kubeadm upgrade node` needs the cluster's configuration moved by a
     control plane first. With a control plane in the run, it goes first and is allowed."""
     text = (site / "bundles" / "2026.10.yaml").read_text().replace(
-        'name: "2026.10"', 'name: "next"').replace('kubernetes: "1.31.4"',
-                                                   'kubernetes: "1.31.5"')
+        'name: "2026.10"', 'name: "next"').replace('kubernetes: "1.35.8"',
+                                                   'kubernetes: "1.35.9"')
     (site / "bundles" / "next.yaml").write_text(text)
     loaded = load(site)
     p, _ = apply_mod.plan(loaded, "next", PlanOptions(), "dgx*", for_site(loaded))
@@ -141,7 +141,7 @@ def test_bundle_errors_name_file_line_and_key(site: Path) -> None:
     with pytest.raises(InventoryError) as exc:
         load_bundle(site, "next")
     assert "next.yaml:5:1" in str(exc.value) and "cudaa" in str(exc.value)
-    (site / "bundles" / "next.yaml").write_text(GOOD.replace('"1.32.4"', "1.32"))
+    (site / "bundles" / "next.yaml").write_text(GOOD.replace('"1.36.4"', "1.36"))
     with pytest.raises(InventoryError, match=r"next.yaml:7:\d+.*kubernetes"):
         load_bundle(site, "next")
     with pytest.raises(ConfigError, match=r"2026\.10, 2026\.11"):
@@ -152,7 +152,7 @@ def test_failure_domains_by_label_and_percentage(site: Path) -> None:
     (site / "bundles" / "next.yaml").write_text(GOOD)
     loaded = load(site)
     hosts = servers(loaded)
-    current = {h.hostname: {"kubernetes": "1.31.4"} for h in hosts}
+    current = {h.hostname: {"kubernetes": "1.35.8"} for h in hosts}
     target = load_bundle(site, "next").bundle
     p = make_plan(loaded, hosts, target, current, PlanOptions(batch=10, max_unavailable="50%"))
     assert p.max_unavailable == {"r01": 3}  # 50 % of the rack's 6 servers
@@ -165,14 +165,14 @@ def test_failure_domains_by_label_and_percentage(site: Path) -> None:
 
 
 def test_cli_exit_code_for_a_refused_plan(site: Path) -> None:
-    (site / "bundles" / "next.yaml").write_text(GOOD.replace("1.32.4", "1.34.0"))
+    (site / "bundles" / "next.yaml").write_text(GOOD.replace("1.36.4", "1.38.0"))
     proc = subprocess.run([sys.executable, "-m", "provisioner", "upgrade", "plan", str(site),
                            "--to", "next", "--json"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == ExitCode.UPGRADE_REFUSED == 11
     assert '"kubernetes-skips-minor"' in proc.stdout
 
 
-GPU_STACK = GOOD.replace('"1.32.4"', '"1.31.4"') + 'containerd: "1.7.24"\n'  # no Kubernetes
+GPU_STACK = GOOD.replace('"1.36.4"', '"1.35.8"') + 'containerd: "1.7.24"\n'  # no Kubernetes
 
 
 def test_workers_go_alongside_the_control_planes_only_when_kubernetes_stays(
@@ -185,7 +185,7 @@ def test_workers_go_alongside_the_control_planes_only_when_kubernetes_stays(
     # Kubernetes moves: each control plane's API server first, in place (no drain), then
     # the same rounds as the GPU bundle; no kubelet is ever newer than an API server
     kube = plan_of(site, GOOD, max_unavailable=3, batch="100%")
-    assert kube.workers_wait and "(1.31.4 -> 1.32.4)" in kube.order
+    assert kube.workers_wait and "(1.35.8 -> 1.36.4)" in kube.order
     assert kube.control_planes_first == ["cp01", "cp02", "cp03"]
     assert "kubeadm upgrade in place" in kube.order
     assert kube.batches == gpu.batches
@@ -198,7 +198,7 @@ def test_a_control_plane_already_on_the_bundle_is_not_moved_again(site: Path) ->
     (site / "bundles" / "next.yaml").write_text(GOOD)
     loaded = load(site)
     every = servers(loaded)
-    current = {h.hostname: {"kubernetes": "1.32.4" if h.hostname == "cp03" else "1.31.4"}
+    current = {h.hostname: {"kubernetes": "1.36.4" if h.hostname == "cp03" else "1.35.8"}
                for h in every}
     p = make_plan(loaded, every, load_bundle(site, "next").bundle, current,
                   PlanOptions(batch="100%", max_unavailable=3),

@@ -129,7 +129,7 @@ class SimCluster:
 
     def health(self, node: str) -> NodeHealth:
         return NodeHealth(ready=self.fates[node] != "not_ready", unschedulable=True,
-                          allocatable_gpus=8, kubelet_version="v1.32.4")
+                          allocatable_gpus=8, kubelet_version="v1.36.4")
 
     def pdbs(self) -> list[str]:
         return ["train/jobs"]
