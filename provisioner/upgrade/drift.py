@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from provisioner.inventory.bundle_models import from_software
 from provisioner.inventory.loader import LoadedSite
+from provisioner.lifecycle import Phase
 from provisioner.state import StateStore
 
 UPGRADED = "upgraded"  # the event kind that records a node's bundle and versions
@@ -21,12 +22,19 @@ COMPARED = ("nvidia_driver", "kernel_modules", "cuda", "doca", "dcgm", "kubernet
 
 
 def latest_upgraded(store: StateStore) -> dict[str, tuple[str, dict[str, str | None]]]:
-    """Each upgraded node's last recorded bundle and versions."""
+    """Each upgraded node's last recorded bundle and versions, while they hold: a bring-up
+    configure since (`up --reinstall`, a rewind) ran the roles at the site's pins, so the
+    node runs those again and the record says nothing of it any more."""
     latest: dict[str, tuple[str, dict[str, str | None]]] = {}
     for ev in store.events():
-        if ev.kind == UPGRADED and ev.hostname:
+        if not ev.hostname:
+            continue
+        if ev.kind == UPGRADED:
             latest[ev.hostname] = (str(ev.detail.get("bundle", "")),
                                    dict(ev.detail.get("versions", {})))
+        elif (ev.kind == "transition" and ev.from_phase == Phase.OS_READY.value
+              and ev.to_phase == Phase.CONFIGURED.value):
+            latest.pop(ev.hostname, None)
     return latest
 
 
