@@ -255,6 +255,13 @@ def _resume_checked(r: Rolling, resumed: Sequence[str]) -> tuple[list[str], list
     go: list[str] = []
     held: list[str] = []
     for h in resumed:
+        if h in cps and any(c in cps for c in go):
+            # the resumed nodes go as one batch, and control planes go one at a time
+            j.note(h, "upgrade", "note", f"not resumed now: control plane "
+                   f"{next(c for c in go if c in cps)} resumes first, one at a time; it "
+                   f"stays {j.phase(h).value}")
+            held.append(h)
+            continue
         # one still serving etcd (a failed drain, say) whose roles are ahead: its restart is
         # one member more down. Past its roles (gate, uncordon) nothing restarts; already
         # down (NotReady), it takes nothing more away.

@@ -155,3 +155,21 @@ def test_a_control_plane_past_its_roles_is_not_held_for_quorum(tmp_path: Path) -
                         installer=Recorder(srv, kubelet=None))
         assert store.node("cp01").phase is Phase.READY
         assert srv.load()["nodes"]["cp01"]["unschedulable"] is False
+
+
+def test_two_control_planes_left_part_way_resume_one_at_a_time(tmp_path: Path) -> None:
+    """cp01 and cp02 both failed in their roles (the failure budget allowed two). The rerun
+    resumes cp01 alone, never both control planes in one batch; cp02 waits for a later run
+    and says why (not started: exit 9)."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    _failed_mid_upgrade(store, ["cp01", "cp02"])
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        for cp in ("cp01", "cp02"):
+            _set_node(srv, cp, unschedulable=True)
+        rec = Recorder(srv, kubelet=None)
+        res = apply_mod.apply(loaded, _gpu_bundle(loaded), kube, {}, _opts(1, 2, 2),
+                              profile=profile, installer=rec)
+        assert not any({"cp01", "cp02"} <= set(b) for b in rec.installed), rec.installed
+        assert ["cp01"] in rec.installed and "cp02" in res.rolling.not_started
+        notes = [e.detail.get("note", "") for e in store.events() if e.kind == "note"]
+        assert any("not resumed now: control plane cp01 resumes first" in n for n in notes)
