@@ -188,6 +188,10 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
                      heartbeat_s=opts.lease_heartbeat_s, on_lost=stop.set) as lease_notes, \
             store.exclusive():
         taken_over = len(lease_notes)  # the heartbeat appends a lost lease's note later
+        # the plan again, under the lease: a run that held it until now may have moved nodes
+        # since the plan above (which refused early, before waiting on anything)
+        the_plan, target = plan(loaded, bundle_name, opts.plan, opts.limit, profile)
+        _refuse(the_plan)
         notes = list(lease_notes) + leftovers.after_killed_runs(store)
         run_id = store.start_run(command)
         journal = engine.Journal(store, run_id, progress)

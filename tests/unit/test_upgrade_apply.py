@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -639,3 +640,36 @@ def test_a_control_plane_left_part_way_is_checked_at_the_new_target(tmp_path: Pa
         assert "the kubelet reports v1.36.4, expected v1.35.8" in why
         assert "kube-apiserver-cp01) runs v1.36.4, expected v1.35.8" in why
         assert not [e for e in store.events() if e.kind == "upgraded"]
+
+
+def test_the_plan_is_made_again_under_the_lease(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                ) -> None:
+    """Another run held the lease and finished every node between this run's first plan
+    and its lease: the plan made again under the lease finds nothing to move, so no node is
+    cordoned or drained a second time."""
+    from provisioner.inventory.bundle_models import load_bundle
+    from provisioner.upgrade.drift import UPGRADED
+    from provisioner.upgrade.plan import effective
+
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    bundle = _gpu_bundle(loaded)
+    done = effective(loaded, load_bundle(loaded.base_dir, bundle).bundle).components()
+    real_plan = apply_mod.plan
+    calls: list[int] = []
+
+    def plan_then_other_run(*a: object, **kw: object) -> tuple[Any, Any]:
+        made = real_plan(*a, **kw)
+        if not calls:  # the other run finishes between the first plan and the lease
+            for h in hosts:
+                store.record(h, UPGRADED, {"bundle": bundle, "versions": done})
+        calls.append(len(made[0].nodes))
+        return made
+
+    monkeypatch.setattr(apply_mod, "plan", plan_then_other_run)
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        rec = Recorder(srv, kubelet=None)
+        res = apply_mod.apply(loaded, bundle, kube, {}, _opts(1, 2, 2), profile=profile,
+                              installer=rec)
+        assert len(calls) == 2 and rec.installed == [], rec.installed
+        assert not any(n.changes for n in res.plan.nodes)
+        assert not any(srv.load()["nodes"][h]["unschedulable"] for h in hosts)
