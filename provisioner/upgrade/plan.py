@@ -350,16 +350,6 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
                               changed, reboot, opts.durations.node_s(reboot)))
     changes = [Change(c, o, n, direction(o, n), tuple(hs))
                for (c, o, n), hs in sorted(per_comp.items(), key=lambda kv: kv[0][0])]
-    moved = sorted({h for (c, _o, _n), hs in per_comp.items() if c == "nvidia_driver"
-                    for h in hs})
-    if moved and loaded.site.software.os.startswith("dgx-os"):
-        # DGX OS ships its driver and the role installs none: the role's check that the pin
-        # is the driver DGX OS runs would fail each node after its drain
-        refusals.append(Refusal(
-            "dgx-os-driver", f"the bundle moves the driver on {', '.join(moved)}, but "
-            f"{loaded.site.software.os} ships its own driver and the tool installs none",
-            "update the driver with DGX OS's own release first, then pin the driver it runs "
-            "(nvidia_driver.version, with fabric manager and nscq at the same version)"))
     olds = [v for v in current.values()]
     for c in CLUSTER_COMPONENTS:
         before = {v.get(c) for v in olds} or {None}
@@ -400,6 +390,17 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
                 f"drain ({', '.join(first)}); then workers go alongside the control planes' "
                 "rounds (if one fails in place, every control plane goes alone first)"
                 if first else "workers wait for every control plane"))
+    moved = sorted({h for (c, _o, _n), hs in per_comp.items() if c == "nvidia_driver"
+                    for h in hs})
+    if moved and loaded.site.software.os.startswith("dgx-os"):
+        # DGX OS ships its driver and the role installs none; the role checks that the pin
+        # is the driver DGX OS runs, after the drain. Said, not refused: after DGX OS's own
+        # update, a bundle pinning its driver is how fabric manager and nscq follow it.
+        warnings.append(
+            f"the bundle moves the driver on {', '.join(moved)}, but "
+            f"{loaded.site.software.os} ships its own and the tool installs none: each node "
+            "must already run the bundle's driver (updated through DGX OS), or it fails its "
+            "check after its drain")
     if 0 < len(cps) < 3 and any(n.control_plane for n in nodes if n.changes):
         warnings.append(f"{len(cps)} control plane(s): the API server is unavailable while "
                         "one upgrades (three or more keep quorum)")

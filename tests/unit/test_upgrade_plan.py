@@ -116,16 +116,20 @@ def test_workers_alone_cannot_take_a_kubernetes_patch_first(site: Path) -> None:
     assert p.ok, p.refusals
 
 
-def test_a_driver_move_on_dgx_os_is_refused_before_any_drain(site: Path) -> None:
-    """DGX OS ships its driver: a bundle moving it would fail each node's check (the pin is
-    the driver DGX OS runs) after its drain, so the plan refuses it; without the driver
-    move the same site's bundle plans."""
+def test_a_driver_move_on_dgx_os_is_said_before_any_drain(site: Path) -> None:
+    """DGX OS ships its driver: a bundle moving it is said (each node must already run the
+    bundle's driver, updated through DGX OS, or it fails its check after its drain), not
+    refused, since that bundle is how fabric manager and nscq follow DGX OS's update; without
+    the driver move nothing is said."""
     (site / "site.yaml").write_text((site / "site.yaml").read_text().replace(
         "os: ubuntu-22.04", "os: dgx-os-6"))
-    assert "dgx-os-driver" in codes(site, GOOD)
+    moved = plan_of(site, GOOD)
+    assert "dgx-os-driver" not in [r.code for r in moved.refusals]
+    assert any("ships its own and the tool installs none" in w and "dgx01, dgx02" in w
+               for w in moved.warnings), moved.warnings
     same = (site / "bundles" / "2026.10.yaml").read_text().replace(
         'name: "2026.10"', 'name: "next"').replace("4.5.1", "4.5.2")
-    assert "dgx-os-driver" not in codes(site, same)
+    assert not any("ships its own" in w for w in plan_of(site, same).warnings)
 
 
 def test_open_modules_on_volta(site: Path) -> None:
