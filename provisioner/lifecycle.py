@@ -15,7 +15,8 @@ state machine (cordon, drain, upgrade, validate, uncordon).
     ready --cordon--> cordoned --drain--> draining --drain--> upgrading
         --upgrade--> configured --verify--> verified --uncordon--> ready
     configured | verified --retarget--> upgrading (resumed toward another bundle)
-    upgrading --recordon--> cordoned (resumed after an uncordon by hand: drained again)
+    upgrading | configured | verified --recordon--> cordoned (resumed after an uncordon by
+        hand: drained again, then its roles and gate)
     any working phase --(its step fails)--> failed --retry--> the phase it failed in
     any phase --maintenance--> maintenance --release--> enrolled
     a phase on the bring-up path --rewind--> an earlier one (--from-phase, operator's word)

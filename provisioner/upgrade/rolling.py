@@ -254,37 +254,43 @@ def _resume_checked(r: Rolling, resumed: Sequence[str]) -> tuple[list[str], list
     outside = r.kube.unavailable()
     go: list[str] = []
     held: list[str] = []
+    restarting: list[str] = []  # control planes resumed through their drain or roles
     for h in resumed:
-        if h in cps and any(c in cps for c in go):
-            # the resumed nodes go as one batch, and control planes go one at a time
-            j.note(h, "upgrade", "note", f"not resumed now: control plane "
-                   f"{next(c for c in go if c in cps)} resumes first, one at a time; it "
-                   f"stays {j.phase(h).value}")
+        uncordoned = not r.kube.health(h).unschedulable  # by an operator, since
+        # past its drain and uncordoned since: pods may have landed on it, so it is drained
+        # again and its roles run again (the gate's diagnostic needs idle GPUs)
+        again = uncordoned and j.phase(h) in (Phase.UPGRADING, Phase.CONFIGURED,
+                                              Phase.VERIFIED)
+        restarts = j.phase(h) in BEFORE_ROLES or again
+        if h in cps and restarts and restarting:
+            # the resumed nodes go as one batch, and control planes restart one at a time
+            j.note(h, "upgrade", "note", f"not resumed now: control plane {restarting[0]} "
+                   f"resumes first, one at a time; it stays {j.phase(h).value}")
             held.append(h)
             continue
-        # one still serving etcd (a failed drain, say) whose roles are ahead: its restart is
-        # one member more down. Past its roles (gate, uncordon) nothing restarts; already
-        # down (NotReady), it takes nothing more away.
+        # one still serving etcd (a failed drain, say) whose drain or roles are ahead: its
+        # restart is one member more down. Past its roles (gate, uncordon) nothing restarts;
+        # already down (NotReady), it takes nothing more away.
         serving = outside.get(h) in (None, Down.CORDONED)
-        if h in cps and serving and j.phase(h) in BEFORE_ROLES:
+        if h in cps and serving and restarts:
             etcd_down = {c for c, why in outside.items()
                          if c in cps and c != h and why is not Down.CORDONED}
-            etcd_down |= {c for c in go if c in cps}
+            etcd_down |= set(restarting)
             if not r.scheduler.cp_allowed(etcd_down):
                 j.note(h, "upgrade", "note", f"not resumed now: {', '.join(sorted(etcd_down))}"
                        f" down or going down (etcd quorum); it stays {j.phase(h).value}")
                 held.append(h)
                 continue
-        if not r.kube.health(h).unschedulable:
-            r.kube.cordon(h)  # an operator's uncordon since: pods may have landed on it
-            # past its drain: drained again, since the gate's diagnostic needs idle GPUs
-            again = j.phase(h) in (Phase.UPGRADING, Phase.CONFIGURED, Phase.VERIFIED)
+        if uncordoned:
+            r.kube.cordon(h)
             if again:
                 j.move(h, Phase.CORDONED, "recordon",
                       {"unschedulable": True, **({"bundle": r.bundle} if r.bundle else {})})
             j.note(h, "upgrade", "note", "uncordoned since the last run: cordoned again"
                    + (", and drained again before its roles (which run again) and gate"
                       if again else ""))
+        if h in cps and restarts:
+            restarting.append(h)
         if j.phase(h) is Phase.VERIFIED:  # gated by an earlier run: the gate runs again
             j.move(h, Phase.CONFIGURED, "regate", {"gate": "again"})
         go.append(h)

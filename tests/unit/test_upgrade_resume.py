@@ -173,3 +173,27 @@ def test_two_control_planes_left_part_way_resume_one_at_a_time(tmp_path: Path) -
         assert ["cp01"] in rec.installed and "cp02" in res.rolling.not_started
         notes = [e.detail.get("note", "") for e in store.events() if e.kind == "note"]
         assert any("not resumed now: control plane cp01 resumes first" in n for n in notes)
+
+
+def test_a_control_plane_drained_again_waits_while_its_restart_would_break_quorum(
+        tmp_path: Path) -> None:
+    """cp01 failed its gate (its roles had run) and an operator uncordoned it; cp02 is
+    NotReady now. Resuming cp01 means its drain and roles again, a restart that would take
+    etcd to one member of three: it waits, still uncordoned, not started (exit 9)."""
+    loaded, profile, hosts, store = _ready_site(tmp_path)
+    bundle = _gpu_bundle(loaded)
+    store.transition("cp01", Phase.CORDONED, detail={"bundle": bundle})
+    for p in (Phase.DRAINING, Phase.UPGRADING, Phase.CONFIGURED):
+        store.transition("cp01", p)
+    store.transition("cp01", Phase.FAILED, reason="gate: the node is not Ready")
+    with _cluster(tmp_path, hosts) as (srv, kube):
+        _set_node(srv, "cp02", ready=False)
+        rec = Recorder(srv, kubelet=None)
+        res = apply_mod.apply(loaded, bundle, kube, {}, _opts(1, 2, 2), profile=profile,
+                              installer=rec)
+        assert not any("cp01" in b for b in rec.installed)
+        assert "cp01" in res.rolling.not_started and not res.ok
+        assert srv.load()["nodes"]["cp01"]["unschedulable"] is False
+        notes = [e.detail.get("note", "") for e in store.events() if e.kind == "note"]
+        assert any("not resumed now: cp02 down or going down (etcd quorum)" in n
+                   for n in notes), notes
