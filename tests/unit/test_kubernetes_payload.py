@@ -915,3 +915,13 @@ def test_the_cluster_is_reached_through_the_vip_again_before_the_cni():
     assert task["until"] == "kubernetes_vip_ready.rc == 0" and task["retries"] >= 12
     assert "--raw=/readyz" in task["ansible.builtin.command"]["argv"]
     assert "failed_when" not in task  # out of retries, the node fails
+    # and not before the kubelet replaced the pod (the old one holds the VIP until then)
+    pause = names.index("Give the kubelet time to replace kube-vip's pod")
+    assert names.index("Point kube-vip at admin.conf once the cluster is initialised") \
+        < pause < wait
+    given = next(t for t in _flat(_yaml(ROLE / "tasks/main.yml"))
+                 if t.get("name") == "Give the kubelet time to replace kube-vip's pod")
+    assert given["ansible.builtin.wait_for"]["timeout"] > 20  # fileCheckFrequency: 20 s
+    for changed, runs in (({"changed": True}, True), ({"changed": False}, False)):
+        assert holds(given["when"], kubernetes_kube_vip_switched={"skipped": True},
+                     kubernetes_kube_vip_served=changed) is runs
