@@ -74,8 +74,10 @@ CNI_MANIFESTS = {
 # (GPU Operator platform support) and "26.7.x Supported | 26.4.x Deprecated | 26.1.x and
 # lower End of Support" (Network Operator v26.7.0 platform support,
 # docs.nvidia.com/networking/display/kubernetes2670) [P]. Both support upgrades only within
-# a major release or to the next one (their life-cycle policies): a cluster on 25.x moves
-# through each major in turn, a bundle per step.
+# a release line or to the next one (their life-cycle policies), and the role installs the
+# pinned chart only (bundles record charts, they install none): a cluster on an older line
+# is refused before helm (helm_release.yml) and moved by hand, a line at a time
+# (docs/upgrade.md, "The operators").
 GPU_OPERATOR_CHART_VERSION = "v26.7.0"  # NVIDIA/gpu-operator tag v26.7.0, 2026-08-20 [S]
 # The Kubernetes minors it supports: "1.33---1.36" (gpu-operator/platform-support.rst,
 # NVIDIA/cloud-native-docs tag gpu-operator-v26.7-1) [S].
