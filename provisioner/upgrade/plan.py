@@ -301,7 +301,9 @@ def _kube_rules(target: str, current: Mapping[str, Versions], cps: Sequence[str]
                            f"{api[0]}.{api[1]}: a kubelet must never be newer than the API "
                            "server", "include the control planes (they go first)"))
     at = [_key(current[h].get("kubernetes")) for h in cps if h in current]
-    if (not out and any(h not in cps for h in selected) and not any(h in cps for h in selected)
+    workers_move = any(_key(current[h].get("kubernetes")) < _key(target)
+                       for h in selected if h not in cps and h in current)
+    if (not out and workers_move and not any(h in cps for h in selected)
             and at and max(at) < _key(target)):
         # A patch too: the workers' `kubeadm upgrade node` needs the cluster's configuration
         # at the target, which only the first control plane's `kubeadm upgrade apply`

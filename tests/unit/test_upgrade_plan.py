@@ -114,6 +114,14 @@ def test_workers_alone_cannot_take_a_kubernetes_patch_first(site: Path) -> None:
     assert [r.code for r in p.refusals] == ["workers-before-control-plane"]
     p, _ = apply_mod.plan(loaded, "next", PlanOptions(), "dgx*,cp01", for_site(loaded))
     assert p.ok, p.refusals
+    # workers already at the patch (recorded so) move nothing of Kubernetes: not refused
+    hosts = [h for h in servers(loaded) if h.hostname.startswith("dgx")]
+    current = {h.hostname: {"kubernetes": "1.35.9" if h.hostname.startswith("dgx")
+                            else "1.35.8"} for h in servers(loaded)}
+    target = load_bundle(site, "next").bundle
+    p = make_plan(loaded, hosts, target, current, PlanOptions(),
+                  [h.hostname for h in servers(loaded) if h.control_plane])
+    assert "workers-before-control-plane" not in [r.code for r in p.refusals]
 
 
 def test_a_driver_move_on_dgx_os_is_said_before_any_drain(site: Path) -> None:
