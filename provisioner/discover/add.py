@@ -28,6 +28,7 @@ from provisioner.inventory import checks
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import Bmc, NetworkKind, Placement, Tls
+from provisioner.inventory.topology import nvlink_domain
 from provisioner.lifecycle import Phase
 from provisioner.state import StateStore
 
@@ -167,9 +168,10 @@ def imex_peers(loaded: LoadedSite, proposal: place.Proposal) -> tuple[str, ...]:
     new = loaded.catalog.get(proposal.block)
     if new is None or not new.imex:
         return ()
+    domain = nvlink_domain(proposal.placement())
     return tuple(n.hostname for p in loaded.site.placements
                  if (b := loaded.catalog.get(p.block)) is not None and b.imex
-                 and (p.nvlink_domain or p.rack) == proposal.rack for n in p.nodes)
+                 and nvlink_domain(p) == domain for n in p.nodes)
 
 
 def add(loaded: LoadedSite, store: StateStore, source: Source, *, block: str | None = None,

@@ -30,8 +30,9 @@ def _ports(item: str) -> list[str] | None:
     if not dash:
         return [first]
     a, b = first.split("/"), last.split("/")
-    if len(a) != len(b) or a[:-1] != b[:-1] or not (a[-1].isdigit() and b[-1].isdigit()):
-        return None
+    if (len(a) != len(b) or a[:-1] != b[:-1] or not (a[-1].isdigit() and b[-1].isdigit())
+            or int(a[-1]) > int(b[-1])):
+        return None  # not a range Onyx prints: the line is kept as it is
     return ["/".join([*a[:-1], str(n)]) for n in range(int(a[-1]), int(b[-1]) + 1)]
 
 

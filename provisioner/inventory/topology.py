@@ -73,6 +73,11 @@ def ansible_host(node: Node) -> str | None:
     return None if addr is None else str(addr)
 
 
+def nvlink_domain(p: Placement) -> str:
+    """The NVLink (IMEX) domain of a placement's nodes: its own, else its rack."""
+    return p.nvlink_domain or p.rack
+
+
 def host_plans(loaded: LoadedSite) -> list[HostPlan]:
     """Every node of the site in inventory order, switches included."""
     out = []

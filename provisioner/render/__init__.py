@@ -37,6 +37,7 @@ from provisioner.inventory.topology import (
     groups,
     has_roce,
     host_plans,
+    nvlink_domain,
 )
 from provisioner.profile import for_site
 from provisioner.statedir import NAME as STATE_NAME
@@ -282,9 +283,9 @@ def payload_for(loaded: LoadedSite, h: HostPlan) -> payload_mod.Payload | None:
 
 def imex_peers(loaded: LoadedSite, h: HostPlan) -> list[str]:
     """Management addresses of the IMEX nodes in h's NVLink domain (default: its rack)."""
-    domain = h.placement.nvlink_domain or h.placement.rack
+    domain = nvlink_domain(h.placement)
     peers = [ansible_host(o.node) for o in host_plans(loaded)
-             if o.block.imex and (o.placement.nvlink_domain or o.placement.rack) == domain]
+             if o.block.imex and nvlink_domain(o.placement) == domain]
     return [p for p in peers if p is not None]
 
 
