@@ -39,6 +39,14 @@ def _left_verified(store: StateStore, host: str, bundle: str) -> None:
         store.transition(host, p)
 
 
+def _failed_at_gate(store: StateStore, host: str, bundle: str, reason: str) -> None:
+    """What a run leaves when a node's roles ran and its gate failed."""
+    store.transition(host, Phase.CORDONED, detail={"bundle": bundle})
+    for p in (Phase.DRAINING, Phase.UPGRADING, Phase.CONFIGURED):
+        store.transition(host, p)
+    store.transition(host, Phase.FAILED, reason=reason)
+
+
 def test_a_store_that_never_saw_the_nodes_upgrades_nothing_and_says_so(tmp_path: Path
                                                                        ) -> None:
     """A CI runner's empty state store: every node is enrolled there, none ready. Nothing is
@@ -87,10 +95,7 @@ def test_a_node_failed_at_its_gate_and_uncordoned_since_is_drained_before_the_ga
     roles run again and its gate: the gate's diagnostic is never run on GPUs in use."""
     loaded, profile, hosts, store = _ready_site(tmp_path)
     bundle = _gpu_bundle(loaded)
-    store.transition("dgx02", Phase.CORDONED, detail={"bundle": bundle})
-    for p in (Phase.DRAINING, Phase.UPGRADING, Phase.CONFIGURED):
-        store.transition("dgx02", p)
-    store.transition("dgx02", Phase.FAILED, reason="gate: dcgmi diag failed")
+    _failed_at_gate(store, "dgx02", bundle, "gate: dcgmi diag failed")
     with _cluster(tmp_path, hosts) as (srv, kube):
         srv.edit(lambda w: w["pods"].append({"namespace": "train", "name": "job-7",
                                              "node": "dgx02", "owner": "Job"}))
@@ -182,10 +187,7 @@ def test_a_control_plane_drained_again_waits_while_its_restart_would_break_quoru
     etcd to one member of three: it waits, still uncordoned, not started (exit 9)."""
     loaded, profile, hosts, store = _ready_site(tmp_path)
     bundle = _gpu_bundle(loaded)
-    store.transition("cp01", Phase.CORDONED, detail={"bundle": bundle})
-    for p in (Phase.DRAINING, Phase.UPGRADING, Phase.CONFIGURED):
-        store.transition("cp01", p)
-    store.transition("cp01", Phase.FAILED, reason="gate: the node is not Ready")
+    _failed_at_gate(store, "cp01", bundle, "gate: the node is not Ready")
     with _cluster(tmp_path, hosts) as (srv, kube):
         _set_node(srv, "cp02", ready=False)
         rec = Recorder(srv, kubelet=None)
