@@ -336,16 +336,35 @@ def test_join_uses_the_rendered_configuration_and_no_secret_in_argv():
         "Delete the bootstrap token the joins used"]
     assert all(t["no_log"] is True for t in block["always"])
     join = {t["name"]: t for t in listed + block["block"] + block["always"] if "block" not in t}
-    for task in ("Join further control planes, one at a time", "Join the workers"):
-        cmd = join[task]["ansible.builtin.command"]["cmd"]
+    one_cp = {t["name"]: t for t in _yaml(ROLE / "tasks/join_control_plane.yml")}
+    cp_join = one_cp["Join a further control plane: {{ kubernetes_joining }}"]
+    for task in (cp_join, join["Join the workers"]):
+        cmd = task["ansible.builtin.command"]["cmd"]
         assert cmd == "kubeadm join --config {{ kubernetes_config_dir }}/kubeadm-join.yaml"
-    # each control plane is a new etcd member: they join one by one
-    assert join["Join further control planes, one at a time"]["throttle"] == 1
+        assert task["no_log"] is True
+    # each control plane is a new etcd member: they join one by one, from one host's loop,
+    # which a failure stops (a throttled task would run on the next host anyway)
+    loop = join["Join further control planes, one at a time, none after one that failed"]
+    assert loop["run_once"] is True and loop["loop_control"]["loop_var"] == "kubernetes_joining"
+    assert loop["ansible.builtin.include_tasks"] == "join_control_plane.yml"
+    assert ansible_eval(loop["loop"], ansible_play_hosts=["cp01", "cp02", "dgx01", "cp03"],
+                        groups={"kube_control_plane": ["cp01", "cp02", "cp03"]},
+                        kubernetes_first_control_plane="cp01") == ["cp02", "cp03"]
+    assert cp_join["delegate_to"] == "{{ kubernetes_joining }}"
+    stop = one_cp["Stop where kubeadm join failed, with what it said: {{ kubernetes_joining }}"]
+    said = ansible_eval(_yaml(ROLE / "vars/main.yml")["kubernetes_kubeadm_failure"],
+                        inventory_hostname="cp01",
+                        **{k: ansible_eval(v, kubernetes_joining="cp03",
+                                           kubernetes_cp_join={"rc": 1, "stderr_lines": [
+                                               "error: etcd cluster is not healthy"]})
+                           for k, v in stop["vars"].items()})
+    assert said.startswith("kubeadm join failed on cp03 (exit 1)") and "etcd" in said
     assert "throttle" not in join["Join the workers"]
     write = join["Write the join configuration with the bootstrap token and certificate key"]
     assert write["ansible.builtin.template"]["mode"] == "0600" and write["no_log"] is True
     # what a task runs, writes or registers (not its name, nor an assert's message)
-    carrying = [t for t in join.values() if "ansible.builtin.assert" not in t and re.search(
+    carrying = [t for t in [*join.values(), *one_cp.values()]
+                if "ansible.builtin.assert" not in t and re.search(
         r"kubeadm-join\.yaml|join_command|upload-certs|token create|kubeadm init",
         str({k: v for k, v in t.items() if k != "name"}))]
     assert len(carrying) == 7 and all(t.get("no_log") is True for t in carrying)
