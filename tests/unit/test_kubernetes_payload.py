@@ -944,3 +944,26 @@ def test_the_cluster_is_reached_through_the_vip_again_before_the_cni():
     for changed, runs in (({"changed": True}, True), ({"changed": False}, False)):
         assert holds(given["when"], kubernetes_kube_vip_switched={"skipped": True},
                      kubernetes_kube_vip_served=changed) is runs
+
+
+def test_a_site_whose_every_node_is_a_gpu_control_plane_is_warned(tmp_path):
+    """render taints a GPU control plane nvidia.com/gpu=present:NoSchedule: where every
+    Kubernetes node is one, CoreDNS and the CNI's controllers have no node to run on, which
+    validate says; one node without the taint (the fixture's CPU control planes) is enough."""
+    from provisioner.inventory.checks import check
+    text = (FIXTURES / "sites" / "gb200.yaml").read_text()
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(text)
+    assert not [f for f in check(load(plain)) if f.code == "every-node-gpu-tainted"]
+    for tray in ("gb01", "gb02", "gb03"):
+        text = text.replace(f"      - hostname: {tray}\n",
+                            f"      - hostname: {tray}\n        roles: [control-plane, worker]\n")
+    for cp in ("cp01", "cp02", "cp03"):  # the CPU control planes become storage nodes
+        text = text.replace(f"{{hostname: {cp}, roles: [control-plane]",
+                            f"{{hostname: {cp}, roles: [storage]")
+    all_gpu = tmp_path / "all_gpu.yaml"
+    all_gpu.write_text(text)
+    found = [f for f in check(load(all_gpu)) if f.code == "every-node-gpu-tainted"]
+    assert len(found) == 1 and found[0].severity.value == "warning"
+    assert "CoreDNS" in found[0].message and "(3)" in found[0].message
+    assert found[0].location.key_path == "software.kubernetes"
