@@ -691,3 +691,15 @@ def test_roce_qos_is_enabled_at_boot_by_a_task_whatever_the_qos_handler_does():
     assert "when" not in enable and "notify" not in unit
     service = role_template("roce_host", "provisioner-roce-qos.service.j2")
     assert "After=network-online.target openibd.service" in service
+
+
+def test_every_play_waits_for_apts_lock_as_long_as_base_os():
+    """apt-daily holds apt's lock for minutes on a node just booted: every play's apt tasks
+    wait as long as base_os's do (its own lock_timeout), not the apt module's 60 s."""
+    plays = yaml.safe_load((ROOT / "playbooks/site.yml").read_text())
+    wait = yaml.safe_load((ROOT / "roles/base_os/defaults/main.yml").read_text())[
+        "base_os_apt_lock_timeout_s"]
+    installing = [p for p in plays if "roles" in p]
+    assert len(installing) == 7
+    for play in installing:
+        assert play["module_defaults"]["ansible.builtin.apt"]["lock_timeout"] == wait, play
