@@ -338,10 +338,14 @@ def test_join_uses_the_rendered_configuration_and_no_secret_in_argv():
     join = {t["name"]: t for t in listed + block["block"] + block["always"] if "block" not in t}
     one_cp = {t["name"]: t for t in _yaml(ROLE / "tasks/join_control_plane.yml")}
     cp_join = one_cp["Join a further control plane: {{ kubernetes_joining }}"]
-    for task in (cp_join, join["Join the workers"]):
+    for task, conf in ((cp_join, "kubernetes_joining_config_dir"),
+                       (join["Join the workers"], "kubernetes_config_dir")):
         cmd = task["ansible.builtin.command"]["cmd"]
-        assert cmd == "kubeadm join --config {{ kubernetes_config_dir }}/kubeadm-join.yaml"
+        assert cmd == "kubeadm join --config {{ " + conf + " }}/kubeadm-join.yaml"
         assert task["no_log"] is True
+    # the joining node's own config dir, not the looping host's
+    assert "hostvars[kubernetes_joining].kubernetes_config_dir" in \
+        cp_join["vars"]["kubernetes_joining_config_dir"]
     # each control plane is a new etcd member: they join one by one, from one host's loop,
     # which a failure stops (a throttled task would run on the next host anyway)
     loop = join["Join further control planes, one at a time, none after one that failed"]
