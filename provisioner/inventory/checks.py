@@ -26,7 +26,6 @@ from provisioner.inventory.security import transport_warnings, way_in
 from provisioner.inventory.yamlsafe import gc_paused
 
 Emit = Callable[..., None]
-__all__ = ["check", "default_roles"]
 
 
 class _Collector:

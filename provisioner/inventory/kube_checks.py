@@ -5,15 +5,16 @@ every node carries the GPU taint. No I/O; findings carry key paths (file:line).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from ipaddress import IPv4Address
 
 from provisioner.inventory import compat
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import KeyPath, LoadedSite
-from provisioner.inventory.models import BlockKind, NetworkKind, Role
+from provisioner.inventory.models import BlockKind, BlockType, NetworkKind, Role
 
 Emit = Callable[..., None]
+GPU_TAINT = "nvidia.com/gpu=present:NoSchedule"
 
 
 def default_roles(kind: BlockKind) -> tuple[Role, ...]:
@@ -27,6 +28,11 @@ def default_roles(kind: BlockKind) -> tuple[Role, ...]:
     }[kind]
 
 
+def node_taints(block: BlockType, roles: Collection[Role]) -> list[str]:
+    """The taints a node gets (render's provisioner_node_taints): a GPU control plane keeps
+    pods that ask for no GPU off it."""
+    return [GPU_TAINT] if block.gpu is not None and Role.CONTROL_PLANE in roles else []
+
 
 def check(loaded: LoadedSite, emit: Emit) -> None:
     k8s = loaded.site.software.kubernetes
@@ -39,14 +45,13 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
             roles = node.roles or (default_roles(block.kind) if block else ())
             if Role.CONTROL_PLANE in roles:
                 control += 1
-                # the taint render gives a GPU control plane (provisioner_node_taints)
-                gpu_tainted += block is not None and block.gpu is not None
+                gpu_tainted += block is not None and GPU_TAINT in node_taints(block, roles)
             if Role.CONTROL_PLANE in roles or Role.WORKER in roles:
                 members += 1
     if members and gpu_tainted == members:
         emit("every-node-gpu-tainted", ("software", "kubernetes"),
              f"every Kubernetes node is a GPU control plane, tainted "
-             f"nvidia.com/gpu=present:NoSchedule ({members}): pods that tolerate no such "
+             f"{GPU_TAINT} ({members}): pods that tolerate no such "
              "taint (CoreDNS, the CNI's controllers, most add-ons) have no node to run on, "
              "and a drain or an upgrade leaves them Pending",
              "add a node without GPUs (a control plane or a worker), or make a GPU node a "

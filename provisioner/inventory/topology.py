@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from provisioner.errors import RenderError
-from provisioner.inventory.checks import default_roles
+from provisioner.inventory.kube_checks import default_roles
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import (
     HOSTNAME_RE,

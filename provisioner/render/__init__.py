@@ -22,6 +22,7 @@ from provisioner import __version__, resources, sources
 from provisioner import payload as payload_mod
 from provisioner import roce as roce_mod
 from provisioner.errors import RenderError
+from provisioner.inventory.kube_checks import node_taints
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import (
     OPEN_ONLY_ARCHS,
@@ -233,8 +234,7 @@ def _host_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
         "provisioner_nvswitch": block.nvswitch,
         "provisioner_imex": block.imex,
         "provisioner_node_labels": labels,
-        "provisioner_node_taints": (["nvidia.com/gpu=present:NoSchedule"]
-                                    if gpu and Role.CONTROL_PLANE in h.roles else []),
+        "provisioner_node_taints": node_taints(block, h.roles),
     }
     if gpu is not None:
         data["nvidia_driver_kernel_modules"] = kernel_modules_for(loaded, block)
