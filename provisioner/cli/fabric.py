@@ -84,11 +84,17 @@ def render(site: SiteArg = None,
         out.out.print(f"{r.spec.hostname} ({r.spec.nos}): {path}")
 
 
+PruneOpt = Annotated[bool, typer.Option(
+    "--prune", help="Also remove stale lines: port settings shaped like rendered ones (PFC "
+    "on a priority the policy left) that the rendering lacks. Without it they are listed.")]
+
+
 def _run(site: Path | None, push: bool, dry_run: bool, limit: str | None,
-         json_out: bool) -> None:
+         json_out: bool, prune: bool = False) -> None:
     loaded = load(resolve_site(site))
     results = ops.run(loaded, os.environ, push=push, dry_run=dry_run, limit=limit,
-                      store=StateStore(profile.for_site(loaded).state_path) if push else None)
+                      store=StateStore(profile.for_site(loaded).state_path) if push else None,
+                      prune=prune)
     out = console(json_out)
     failed = [r for r in results if not r.ok]
     code = ExitCode.FABRIC if failed else ExitCode.OK
@@ -102,6 +108,13 @@ def _run(site: Path | None, push: bool, dry_run: bool, limit: str | None,
                           + (f": {escape(r.error)}" if r.error else ""))
             if r.diff and (not push or dry_run or r.status != "pushed"):
                 out.out.print(escape(r.diff), end="")
+            for line in r.pruned:
+                out.out.print(f"  [green]removed[/] {escape(line)}")
+            for line in r.stale if not r.pruned else ():
+                out.out.print(f"  [yellow]stale, left in place[/] {escape(line)}")
+            if r.stale and not r.pruned:
+                out.out.print("  (not rendered; `fabric push --prune` removes those still "
+                              "there after the push)")
         out.out.print(f"{len(results) - len(failed)} ok, {len(failed)} failed")
     raise typer.Exit(int(code))
 
@@ -116,7 +129,7 @@ def diff(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False
 @app.command()
 @handle_errors
 def push(site: SiteArg = None, limit: LimitOpt = None, dry_run: DryRunOpt = False,
-         json_out: JsonOpt = False) -> None:
+         prune: PruneOpt = False, json_out: JsonOpt = False) -> None:
     """Send only the difference, read back, verify, save; undo on a refused line. Exit 10
     when any switch failed (the others still went on)."""
-    _run(site, True, dry_run, limit, json_out)
+    _run(site, True, dry_run, limit, json_out, prune)

@@ -56,6 +56,8 @@ class SwitchView(Out):
     applied: list[str]  # CLI: lines the switch accepted; NVUE/SONiC: settings that changed
     undone: list[str]  # compensating lines or rollback commands sent after a failure
     error: str | None
+    stale: list[str]  # CLI: "block > line" shaped like a rendered line, not rendered
+    pruned: list[str]  # stale lines `fabric push --prune` removed
 
 
 class _Switches(Out):
@@ -96,7 +98,8 @@ def switches_report(push: bool, site: str, dry_run: bool, exit_code: int,
                  switches=[SwitchView(switch=o.switch, nos=o.nos, status=o.status,
                                       diff=o.diff, commands=list(o.commands),
                                       applied=list(o.applied), undone=list(o.undone),
-                                      error=o.error) for o in outcomes])
+                                      error=o.error, stale=list(o.stale),
+                                      pruned=list(o.pruned)) for o in outcomes])
 
 
 RESULTS: tuple[type[Out], ...] = (FabricCheckReport, FabricDiffReport, FabricPushReport)

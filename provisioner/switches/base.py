@@ -36,6 +36,10 @@ class SwitchOutcome:
     applied: tuple[str, ...] = ()
     undone: tuple[str, ...] = ()  # compensating lines or rollback commands after a failure
     error: str | None = None
+    # CLI dialects: lines like the rendered ones that the rendering lacks (cli_diff.stale),
+    # as "block > line"; left in place unless pruned, and then listed in `pruned`
+    stale: tuple[str, ...] = ()
+    pruned: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

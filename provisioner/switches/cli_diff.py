@@ -1,7 +1,8 @@
 """Pure diff of indented CLI configs (IOS, EOS, Onyx): what to send, and how to undo it.
 
 A config is read as paths: each line with the lines it is nested under. Desired paths that
-the running config lacks are sent with their context lines; nothing else is touched.
+the running config lacks are sent with their context lines; nothing else is touched, except
+the stale lines below when the operator asks for them to go (`fabric push --prune`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,41 @@ def undo(applied: Sequence[str], desired_paths: Sequence[Path], running: str) ->
                   and h[:-1] == parent and h[-1].split()[0] == word]
         todo.append(before[0] if before else (*parent, f"no {p[-1]}"))
     return commands(todo)
+
+
+def shape(line: str) -> str:
+    """A line with its whole-number words as '#': `priority-flow-control priority 3 no-drop`
+    and `... priority 4 ...` have one shape; `Ethernet1` and `1/1` keep their digits."""
+    return " ".join("#" if w.isdigit() else w for w in line.split())
+
+
+def _shape(p: Path) -> Path:
+    return (p[0], *(shape(x) for x in p[1:]))  # the block itself (the port) stays exact
+
+
+def stale(desired: str, running: str) -> list[Path]:
+    """Running lines the rendering would own but does not render: inside a block it writes
+    (a port; never a top-level line), a leaf with the shape of a rendered leaf there. PFC
+    left on priority 3 after the policy moved to 4 is one: EOS adds `priority 4 no-drop`
+    beside it. A single-valued setting (`mtu 1500`) is one too until a push replaces it,
+    so a push reads the switch back before it removes anything."""
+    want = paths(desired)
+    want_set = set(want)
+    want_parents = {p[:-1] for p in want}
+    shapes = {_shape(p) for p in want if len(p) > 1 and p not in want_parents}
+    got = paths(running)
+    got_parents = {p[:-1] for p in got}
+    return [p for p in got if len(p) > 1 and p not in want_set and p not in got_parents
+            and _shape(p) in shapes]
+
+
+def negate(todo: Sequence[Path]) -> list[str]:
+    """Lines that remove these leaves: each with its context, negated with `no`."""
+    return commands((*p[:-1], f"no {p[-1]}") for p in todo)
+
+
+def label(p: Path) -> str:
+    return " > ".join(p)
 
 
 def unified(desired: str, running: str, name: str) -> str:

@@ -24,7 +24,7 @@ from provisioner.inventory.models import NetworkKind
 from provisioner.inventory.topology import select
 from provisioner.state import StateStore
 from provisioner.switches import cli_diff, staged
-from provisioner.switches.base import Endpoint, SwitchDriver, SwitchOutcome
+from provisioner.switches.base import ApplyResult, Endpoint, SwitchDriver, SwitchOutcome
 from provisioner.workflows.engine import fan_out
 
 # CLI dialects get a SwitchDriver, NVUE and SONiC a login shell (switches/staged.py)
@@ -94,10 +94,11 @@ def refuse_inventory_errors(loaded: LoadedSite) -> None:
 def outcomes(loaded: LoadedSite, env: Mapping[str, str], names: Sequence[str], *,
              push: bool, connect: DriverFactory = netmiko_factory, max_parallel: int = 8,
              timeout_s: float = 20.0,
-             nodes: Collection[str] | None = None) -> list[SwitchOutcome]:
+             nodes: Collection[str] | None = None, prune: bool = False) -> list[SwitchOutcome]:
     """Diff (push=False) or push these switches, in parallel on the engine's fan-out; one
     switch's failure never stops the others. Takes no lock and records nothing: the caller
-    does (`run` below, or the fabric step of `up`). With `nodes`, only their ports."""
+    does (`run` below, or the fabric step of `up`). With `nodes`, only their ports; with
+    `prune`, a CLI switch's stale lines (cli_diff.stale) go too."""
     todo = targets(loaded, nodes)
     logins = CredentialResolver(loaded, env)
 
@@ -111,7 +112,7 @@ def outcomes(loaded: LoadedSite, env: Mapping[str, str], names: Sequence[str], *
         try:
             if isinstance(drv, staged.Shell):
                 return staged.run(drv, name, t.nos, t.text, push)
-            return _switch(drv, name, t.nos, t.text, push)
+            return _switch(drv, name, t.nos, t.text, push, prune)
         except ProvisionerError as exc:
             return SwitchOutcome(name, t.nos, "failed", error=str(exc))
         except Exception as exc:  # a driver bug or a dropped session: this switch only
@@ -133,7 +134,7 @@ def outcomes(loaded: LoadedSite, env: Mapping[str, str], names: Sequence[str], *
 def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool = False,
         limit: str | None = None, connect: DriverFactory = netmiko_factory,
         max_parallel: int = 8, timeout_s: float = 20.0,
-        store: StateStore | None = None) -> list[SwitchOutcome]:
+        store: StateStore | None = None, prune: bool = False) -> list[SwitchOutcome]:
     """Diff (or push) every selected switch. With `store`, a push takes the site's lock and
     records a run with one event per switch."""
     refuse_inventory_errors(loaded)
@@ -145,13 +146,14 @@ def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool
 
     def fan() -> list[SwitchOutcome]:
         return outcomes(loaded, env, names, push=push and not dry_run, connect=connect,
-                        max_parallel=max_parallel, timeout_s=timeout_s)
+                        max_parallel=max_parallel, timeout_s=timeout_s, prune=prune)
 
     if store is None or not push or dry_run:
         return fan()
     with store.exclusive():
         store.close_stale_runs()
-        run_id = store.start_run("fabric push" + (f" --limit {limit}" if limit else ""))
+        run_id = store.start_run("fabric push" + (f" --limit {limit}" if limit else "")
+                                 + (" --prune" if prune else ""))
         status = "failed"
         try:
             done = fan()
@@ -169,16 +171,36 @@ def _running(drv: SwitchDriver, nos: str) -> str:
     return expand_ranges(text) if nos == "onyx" else text
 
 
-def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool) -> SwitchOutcome:
+def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool,
+            prune: bool = False) -> SwitchOutcome:
     running = _running(drv, nos)
     cmds = tuple(cli_diff.plan(desired, running))
     diff = cli_diff.unified(desired, running, name)
-    if not cmds:
-        return SwitchOutcome(name, nos, "unchanged")
+    stale = tuple(cli_diff.label(p) for p in cli_diff.stale(desired, running))
+    if not cmds and not (push and prune and stale):
+        return SwitchOutcome(name, nos, "unchanged", stale=stale)
     if not push:
-        return SwitchOutcome(name, nos, "changes", diff, cmds)
+        return SwitchOutcome(name, nos, "changes", diff, cmds, stale=stale)
+    applied: tuple[str, ...] = ()
+    if cmds:
+        res = drv.apply(cmds)
+        failed = _add_failed(drv, name, nos, desired, running, cmds, diff, res)
+        if failed is not None:
+            return failed
+        applied = res.applied
+    after = _running(drv, nos)
+    left = cli_diff.stale(desired, after)  # what the adds did not replace
+    if not (prune and left):
+        drv.save()
+        return SwitchOutcome(name, nos, "pushed", diff, cmds, applied,
+                             stale=tuple(cli_diff.label(p) for p in left))
+    return _prune(drv, name, nos, diff, cmds, applied, left)
+
+
+def _add_failed(drv: SwitchDriver, name: str, nos: str, desired: str, running: str,
+                cmds: tuple[str, ...], diff: str, res: ApplyResult) -> SwitchOutcome | None:
+    """None when the lines took and read back; else the outcome after undoing them."""
     todo = cli_diff.missing(desired, running)
-    res = drv.apply(cmds)
     problem = None
     if res.failed is not None:
         problem = (f"'{res.failed}' refused ({res.error}) after {len(res.applied)} accepted "
@@ -188,8 +210,7 @@ def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool) ->
         if left:
             problem = f"read-back: {len(left)} line(s) missing after the push, first '{left[0]}'"
     if problem is None:
-        drv.save()
-        return SwitchOutcome(name, nos, "pushed", diff, cmds, res.applied)
+        return None
     if res.failed is not None and not res.applied:  # a session aborted: nothing took effect
         return SwitchOutcome(name, nos, "rolled_back", diff, cmds, (), (),
                              f"{problem}; nothing applied")
@@ -202,3 +223,31 @@ def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool) ->
                              f"{problem}; undone, running config is as before")
     return SwitchOutcome(name, nos, "failed", diff, cmds, res.applied, undo_res.applied,
                          f"{problem}; undo incomplete, still applied: {', '.join(leftover)}")
+
+
+def _prune(drv: SwitchDriver, name: str, nos: str, diff: str, cmds: tuple[str, ...],
+           applied: tuple[str, ...], stale: list[cli_diff.Path]) -> SwitchOutcome:
+    """Remove the stale lines the operator asked to go, read back; on a refused line or one
+    still there, put back what went. The rendered lines stay either way and are saved."""
+    neg = tuple(cli_diff.negate(stale))
+    res = drv.apply(neg)
+    after = set(cli_diff.paths(_running(drv, nos)))
+    gone = [p for p in stale if p not in after]
+    labels = tuple(cli_diff.label(p) for p in gone)
+    if res.failed is None and len(gone) == len(stale):
+        drv.save()
+        return SwitchOutcome(name, nos, "pushed", diff, cmds + neg, applied + res.applied,
+                             pruned=labels)
+    why = (f"'{res.failed}' refused ({res.error})" if res.failed is not None
+           else f"'{cli_diff.label(next(p for p in stale if p in after))}' still there")
+    back = drv.apply(tuple(cli_diff.commands(gone))) if gone else ApplyResult(())
+    missing = [p for p in gone if p not in set(cli_diff.paths(_running(drv, nos)))]
+    drv.save()  # the rendered lines read back fine: keep them
+    put = ("nothing was removed" if not gone else "the removed line(s) were put back"
+           if back.failed is None and not missing
+           else "NOT put back: " + ", ".join(cli_diff.label(p) for p in missing))
+    return SwitchOutcome(name, nos, "failed", diff, cmds + neg, applied + res.applied,
+                         back.applied, f"prune: {why}; {put}; the rendered lines were "
+                         "pushed and saved",
+                         stale=tuple(cli_diff.label(p) for p in stale),
+                         pruned=tuple(cli_diff.label(p) for p in missing))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -77,3 +78,29 @@ def test_push_refuses_a_miscabled_site_before_connecting(tmp_path: Path) -> None
     result = runner.invoke(app, ["fabric", "push", str(site)])
     assert result.exit_code == 3
     assert "sn5600 ports split into at most 2" in result.output
+
+
+def test_push_prune_is_passed_on_and_stale_lines_are_shown(tmp_path: Path,
+                                                            monkeypatch: Any) -> None:
+    """`--prune` reaches ops.run; stale and removed lines are printed and in the JSON."""
+    from provisioner.cli import fabric as fabric_cli
+    from provisioner.switches.base import SwitchOutcome
+
+    seen: dict[str, Any] = {}
+    line = "interface Ethernet1 > priority-flow-control priority 3 no-drop"
+
+    def fake_run(loaded: Any, env: Any, **kw: Any) -> list[SwitchOutcome]:
+        seen.update(kw)
+        if kw["prune"]:
+            return [SwitchOutcome("leaf01", "eos", "pushed", pruned=(line,))]
+        return [SwitchOutcome("leaf01", "eos", "unchanged", stale=(line,))]
+
+    monkeypatch.setattr(fabric_cli.ops, "run", fake_run)
+    site = _site(tmp_path, "name:", "name:")
+    left = runner.invoke(app, ["fabric", "push", str(site)])
+    assert left.exit_code == 0 and seen["prune"] is False
+    assert "stale, left in place" in left.output and "--prune" in left.output
+    pruned = runner.invoke(app, ["fabric", "push", str(site), "--prune", "--json"])
+    assert pruned.exit_code == 0 and seen["prune"] is True, pruned.output
+    doc = json.loads(pruned.output)
+    assert doc["switches"][0]["pruned"] == [line] and doc["switches"][0]["stale"] == []

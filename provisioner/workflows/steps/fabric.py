@@ -102,8 +102,10 @@ def run(ctx: Context, hosts: Sequence[str],
 
 
 def _summary(o: SwitchOutcome) -> str:
+    stale = (f"; {len(o.stale)} stale line(s) left in place, first '{o.stale[0]}' "
+             "(`provision fabric push --prune` removes them)" if o.stale else "")
     if o.status == "unchanged":
-        return "unchanged: the running config already holds the rendered one"
+        return "unchanged: the running config already holds the rendered one" + stale
     if o.status == "pushed":
-        return f"pushed {len(o.applied)} line(s), read back and saved"
+        return f"pushed {len(o.applied)} line(s), read back and saved" + stale
     return f"{o.status}: {o.error}"
