@@ -58,7 +58,8 @@ def switch_specs(loaded: LoadedSite, nodes: Collection[str] | None = None) -> li
             continue
         nos = ep.node.management.os
         pol = roce.policy(site.software.roce, nos, mtu_bytes=site.cabling.switch_mtu_bytes)
-        specs.append(SwitchSpec(name, nos, pol, tuple(ports[name])))
+        specs.append(SwitchSpec(name, nos, pol, tuple(ports[name]),
+                                ep.node.management.eos_queue or "tx-queue"))
     return specs
 
 

@@ -31,6 +31,7 @@ class SwitchSpec:
     nos: str
     policy: RocePolicy
     ports: tuple[PortSpec, ...]
+    queue: str = "tx-queue"  # EOS: the egress queue command (SwitchAccess.eos_queue)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     site = loaded.site
     eps = endpoints(site, loaded.catalog)
     _sonic_lossless(loaded, eps, emit)
+    _eos_queue(eps, emit)
     if not (site.cabling.links or site.cabling.rules):
         _not_cabled(loaded, eps, emit)
         return
@@ -56,6 +57,27 @@ def _sonic_lossless(loaded: LoadedSite, eps: dict[str, Endpoint], emit: Emit) ->
              "gives lossless buffers to priorities 3 and 4 only",
              "use priority 3 or 4 (a DSCP from 24 to 39), or give the SONiC switches a "
              "lossless buffer profile for this priority yourself", at_key=True)
+
+
+def _eos_queue(eps: dict[str, Endpoint], emit: Emit) -> None:
+    """The EOS renderer sets ECN under `tx-queue N`, a command of Jericho-based switches
+    only; on a Trident or Tomahawk one EOS refuses it and the push's session aborts, so an
+    EOS switch says which it is (models.SwitchAccess.eos_queue)."""
+    for ep in eps.values():
+        mgmt = ep.node.management
+        if mgmt is None:
+            continue
+        where = (*ep.path[:-1], "management")
+        if mgmt.os == "eos" and mgmt.eos_queue is None:
+            emit("eos-queue-unset", (*where, "os"),
+                 f"{ep.node.hostname}: EOS switch without management.eos_queue; ECN is "
+                 "rendered under `tx-queue` (7280R/7500R/7800R)",
+                 "set eos_queue: uc-tx-queue on a 7050X/7060X/7260X/7388X, or tx-queue to "
+                 "confirm", severity=Severity.WARNING)
+        elif mgmt.os != "eos" and mgmt.eos_queue is not None:
+            emit("eos-queue-not-eos", (*where, "eos_queue"),
+                 f"{ep.node.hostname}: eos_queue is for EOS switches; this one runs {mgmt.os}",
+                 "remove eos_queue", severity=Severity.WARNING)
 
 
 def _not_cabled(loaded: LoadedSite, eps: dict[str, Endpoint], emit: Emit) -> None:

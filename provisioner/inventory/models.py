@@ -195,6 +195,12 @@ class SwitchAccess(Model):
     address: str | None = Field(default=None, min_length=1, max_length=253,
                                 description="SSH address; default: the node's address on "
                                 "the management network")
+    # Arista names a port's egress queue by the switch's ASIC: `tx-queue N` on the
+    # Jericho-based 7280R/7500R/7800R, `uc-tx-queue N` (unicast) on the Trident- and
+    # Tomahawk-based 7050X/7060X/7260X/7388X (EOS QoS chapter; arista.avd renders both).
+    eos_queue: Literal["tx-queue", "uc-tx-queue"] | None = Field(
+        default=None, description="EOS only: the queue command ECN is set under (tx-queue "
+        "on 7280R/7500R/7800R, uc-tx-queue on 7050X/7060X/7260X/7388X); unset: tx-queue")
 
 
 class Role(StrEnum):

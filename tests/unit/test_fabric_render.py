@@ -174,3 +174,50 @@ def test_sonic_json_patch_applies_and_keeps_other_config() -> None:
     assert after["DEVICE_METADATA"] == running["DEVICE_METADATA"]
     assert after["PORT_QOS_MAP"]["Ethernet0"]["pfc_enable"] == "3,4"
     assert json_patch(after, desired) == []  # idempotent: nothing left to change
+
+
+def test_eos_queue_command_follows_the_switch() -> None:
+    """ECN goes under the queue command the switch's ASIC has (SwitchAccess.eos_queue)."""
+    from dataclasses import replace
+
+    tx = fabric.RENDERERS["eos"].render(_spec("eos"))
+    uc = fabric.RENDERERS["eos"].render(replace(_spec("eos"), queue="uc-tx-queue"))
+    assert "\n   tx-queue 3\n      random-detect ecn" in tx and "\n   uc-tx-queue" not in tx
+    assert "\n   uc-tx-queue 3\n      random-detect ecn" in uc
+    assert "\n   tx-queue" not in uc
+
+
+def _leaf_os(tmp_path: Path, management: str) -> Path:
+    import shutil
+
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "inventories" / "example", site,
+                    ignore=shutil.ignore_patterns(".provision"))
+    f = site / "placements.yaml"
+    old = "management: {os: cumulus, credentials: switch}"
+    assert old in f.read_text()
+    f.write_text(f.read_text().replace(old, f"management: {{{management}, credentials: switch}}"))
+    (site / "site.yaml").write_text(
+        (site / "site.yaml").read_text().replace('"swp{n}s0"', '"Ethernet{n}/1"'))
+    return site
+
+
+@pytest.mark.parametrize(("management", "code", "queue"), [
+    ("os: eos", "eos-queue-unset", "tx-queue"),
+    ("os: eos, eos_queue: uc-tx-queue", None, "uc-tx-queue"),
+    ("os: cumulus, eos_queue: tx-queue", "eos-queue-not-eos", None),
+])
+def test_eos_queue_in_the_inventory(tmp_path: Path, management: str, code: str | None,
+                                    queue: str | None) -> None:
+    from provisioner.inventory.checks import check
+
+    loaded = load(_leaf_os(tmp_path, management))
+    codes = {f.code: f for f in check(loaded)}
+    for c in ("eos-queue-unset", "eos-queue-not-eos"):
+        assert (c in codes) is (c == code), sorted(codes)
+    if code:
+        assert codes[code].location.file.endswith("placements.yaml")
+        assert codes[code].location.line == 52
+    if queue:
+        text = next(r.text for r in fabric.render_all(loaded) if r.spec.nos == "eos")
+        assert f"\n   {queue} 3\n" in text
