@@ -110,9 +110,9 @@ def _run(site: Path | None, push: bool, dry_run: bool, limit: str | None,
                 out.out.print(escape(r.diff), end="")
             for line in r.pruned:
                 out.out.print(f"  [green]removed[/] {escape(line)}")
-            for line in r.stale if not r.pruned else ():
+            for line in r.stale:
                 out.out.print(f"  [yellow]stale, left in place[/] {escape(line)}")
-            if r.stale and not r.pruned:
+            if r.stale and r.ok:
                 out.out.print("  (not rendered; `fabric push --prune` removes those still "
                               "there after the push)")
         out.out.print(f"{len(results) - len(failed)} ok, {len(failed)} failed")

@@ -80,15 +80,19 @@ def shape(line: str) -> str:
 
 
 def _shape(p: Path) -> Path:
-    return (p[0], *(shape(x) for x in p[1:]))  # the block itself (the port) stays exact
+    # the blocks stay exact (the port, an EOS `tx-queue 1` an operator set ECN on): only
+    # the leaf's own numbers vary
+    return (*p[:-1], shape(p[-1]))
 
 
 def stale(desired: str, running: str) -> list[Path]:
     """Running lines the rendering would own but does not render: inside a block it writes
-    (a port; never a top-level line), a leaf with the shape of a rendered leaf there. PFC
-    left on priority 3 after the policy moved to 4 is one: EOS adds `priority 4 no-drop`
-    beside it. A single-valued setting (`mtu 1500`) is one too until a push replaces it,
-    so a push reads the switch back before it removes anything."""
+    (a port; never a top-level line), a leaf with the shape of a rendered leaf in the same
+    block. PFC left on priority 3 after the policy moved to 4 is one: EOS adds `priority 4
+    no-drop` beside it. A single-valued setting (`mtu 1500`) is one too until a push
+    replaces it, so a push reads the switch back before it removes anything. Not found:
+    ECN left under the old queue (another block), and lines of a kind no longer rendered
+    at all (PFC after a move to lossy)."""
     want = paths(desired)
     want_set = set(want)
     want_parents = {p[:-1] for p in want}

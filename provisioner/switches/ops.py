@@ -176,78 +176,95 @@ def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool,
     running = _running(drv, nos)
     cmds = tuple(cli_diff.plan(desired, running))
     diff = cli_diff.unified(desired, running, name)
-    stale = tuple(cli_diff.label(p) for p in cli_diff.stale(desired, running))
+    stale = cli_diff.stale(desired, running)
     if not cmds and not (push and prune and stale):
-        return SwitchOutcome(name, nos, "unchanged", stale=stale)
+        return SwitchOutcome(name, nos, "unchanged", stale=_labels(stale))
     if not push:
-        return SwitchOutcome(name, nos, "changes", diff, cmds, stale=stale)
+        return SwitchOutcome(name, nos, "changes", diff, cmds, stale=_labels(stale))
     applied: tuple[str, ...] = ()
+    after = running
     if cmds:
-        res = drv.apply(cmds)
-        failed = _add_failed(drv, name, nos, desired, running, cmds, diff, res)
-        if failed is not None:
-            return failed
-        applied = res.applied
-    after = _running(drv, nos)
+        took, after = _add(drv, name, nos, desired, running, cmds, diff)
+        if isinstance(took, SwitchOutcome):  # refused or not read back: undone
+            return took
+        applied = took.applied
     left = cli_diff.stale(desired, after)  # what the adds did not replace
+    if not cmds and not left:
+        return SwitchOutcome(name, nos, "unchanged")
     if not (prune and left):
         drv.save()
-        return SwitchOutcome(name, nos, "pushed", diff, cmds, applied,
-                             stale=tuple(cli_diff.label(p) for p in left))
-    return _prune(drv, name, nos, diff, cmds, applied, left)
+        return SwitchOutcome(name, nos, "pushed", diff, cmds, applied, stale=_labels(left))
+    return _prune(drv, name, nos, desired, diff, cmds, applied, left)
 
 
-def _add_failed(drv: SwitchDriver, name: str, nos: str, desired: str, running: str,
-                cmds: tuple[str, ...], diff: str, res: ApplyResult) -> SwitchOutcome | None:
-    """None when the lines took and read back; else the outcome after undoing them."""
+def _labels(todo: Sequence[cli_diff.Path]) -> tuple[str, ...]:
+    return tuple(cli_diff.label(p) for p in todo)
+
+
+def _add(drv: SwitchDriver, name: str, nos: str, desired: str, running: str,
+         cmds: tuple[str, ...], diff: str) -> tuple[ApplyResult | SwitchOutcome, str]:
+    """Send the missing lines. (what the switch accepted, its config read back) when they
+    all took; else (the outcome after undoing them, "")."""
+    res = drv.apply(cmds)
     todo = cli_diff.missing(desired, running)
     problem = None
     if res.failed is not None:
         problem = (f"'{res.failed}' refused ({res.error}) after {len(res.applied)} accepted "
                    "line(s)")
     else:
-        left = cli_diff.plan(desired, _running(drv, nos))
-        if left:
-            problem = f"read-back: {len(left)} line(s) missing after the push, first '{left[0]}'"
-    if problem is None:
-        return None
+        after = _running(drv, nos)
+        left = cli_diff.plan(desired, after)
+        if not left:
+            return res, after
+        problem = f"read-back: {len(left)} line(s) missing after the push, first '{left[0]}'"
     if res.failed is not None and not res.applied:  # a session aborted: nothing took effect
         return SwitchOutcome(name, nos, "rolled_back", diff, cmds, (), (),
-                             f"{problem}; nothing applied")
+                             f"{problem}; nothing applied"), ""
     undo = tuple(cli_diff.undo(res.applied, todo, running))
     undo_res = drv.apply(undo)
-    after = set(cli_diff.paths(_running(drv, nos)))
-    leftover = [p[-1] for p in todo if p in after]
+    now = set(cli_diff.paths(_running(drv, nos)))
+    leftover = [p[-1] for p in todo if p in now]
     if undo_res.failed is None and not leftover:
         return SwitchOutcome(name, nos, "rolled_back", diff, cmds, res.applied, undo,
-                             f"{problem}; undone, running config is as before")
+                             f"{problem}; undone, running config is as before"), ""
     return SwitchOutcome(name, nos, "failed", diff, cmds, res.applied, undo_res.applied,
-                         f"{problem}; undo incomplete, still applied: {', '.join(leftover)}")
+                         f"{problem}; undo incomplete, still applied: "
+                         f"{', '.join(leftover)}"), ""
 
 
-def _prune(drv: SwitchDriver, name: str, nos: str, diff: str, cmds: tuple[str, ...],
-           applied: tuple[str, ...], stale: list[cli_diff.Path]) -> SwitchOutcome:
-    """Remove the stale lines the operator asked to go, read back; on a refused line or one
-    still there, put back what went. The rendered lines stay either way and are saved."""
+def _prune(drv: SwitchDriver, name: str, nos: str, desired: str, diff: str,
+           cmds: tuple[str, ...], applied: tuple[str, ...],
+           stale: list[cli_diff.Path]) -> SwitchOutcome:
+    """Remove the stale lines the operator asked to go and read back: each gone, no rendered
+    line lost with them (an EOS `no` of a setting may clear more than its line). Else put
+    back what went and send the rendered lines again; save only a config that holds them."""
     neg = tuple(cli_diff.negate(stale))
     res = drv.apply(neg)
-    after = set(cli_diff.paths(_running(drv, nos)))
+    text = _running(drv, nos)
+    after = set(cli_diff.paths(text))
     gone = [p for p in stale if p not in after]
-    labels = tuple(cli_diff.label(p) for p in gone)
-    if res.failed is None and len(gone) == len(stale):
+    lost = cli_diff.plan(desired, text)
+    if res.failed is None and len(gone) == len(stale) and not lost:
         drv.save()
         return SwitchOutcome(name, nos, "pushed", diff, cmds + neg, applied + res.applied,
-                             pruned=labels)
+                             pruned=_labels(gone))
     why = (f"'{res.failed}' refused ({res.error})" if res.failed is not None
+           else f"removing them also removed '{lost[-1]}'" if lost
            else f"'{cli_diff.label(next(p for p in stale if p in after))}' still there")
-    back = drv.apply(tuple(cli_diff.commands(gone))) if gone else ApplyResult(())
-    missing = [p for p in gone if p not in set(cli_diff.paths(_running(drv, nos)))]
-    drv.save()  # the rendered lines read back fine: keep them
-    put = ("nothing was removed" if not gone else "the removed line(s) were put back"
-           if back.failed is None and not missing
-           else "NOT put back: " + ", ".join(cli_diff.label(p) for p in missing))
+    back = drv.apply((*cli_diff.commands(gone), *lost)) if gone or lost else ApplyResult(())
+    text = _running(drv, nos)
+    now = set(cli_diff.paths(text))
+    missing = [p for p in gone if p not in now]
+    broken = cli_diff.plan(desired, text)
+    if not broken:
+        drv.save()
+    put = ("nothing was removed" if not gone and not lost
+           else "put back as it was" if back.failed is None and not missing and not broken
+           else "NOT put back: " + ", ".join(
+               [cli_diff.label(p) for p in missing] + [f"rendered '{b}'" for b in broken]))
+    saved = ("the rendered lines are in place and saved" if not broken
+             else "not saved: the startup config is as before the push")
     return SwitchOutcome(name, nos, "failed", diff, cmds + neg, applied + res.applied,
-                         back.applied, f"prune: {why}; {put}; the rendered lines were "
-                         "pushed and saved",
-                         stale=tuple(cli_diff.label(p) for p in stale),
-                         pruned=tuple(cli_diff.label(p) for p in missing))
+                         back.applied, f"prune: {why}; {put}; {saved}",
+                         stale=_labels([p for p in stale if p in now]),
+                         pruned=_labels(missing))

@@ -4,8 +4,10 @@ A change of the RoCE policy (PFC moved from priority 3 to 4) adds `priority-flow
 priority 4 no-drop` beside the old line on EOS: the old one stays, the port is lossless on
 both, and `fabric check --live` then disagrees with the hosts. There is no EOS simulator
 here (docs/fabric.md), so `Eos` below is a transcript of the documented behaviour, kept
-small: a port's `mtu`, `description` and a queue's `random-detect ecn` hold one value each
-(a new one replaces the old), PFC priorities and DSCP maps add up, `no LINE` removes LINE.
+small. Lines go into a `configure session` (netmiko_driver): a refused line aborts it and
+nothing is applied. A port's `mtu`, `description` and a queue's `random-detect ecn` hold one
+value each: a new one replaces the old, and `no mtu ANYTHING` clears it. A DSCP maps to one
+traffic class. PFC priorities add up, and `no LINE` removes that line.
 """
 
 from __future__ import annotations
@@ -22,12 +24,23 @@ from provisioner.switches.ops import _switch
 SINGLE = ("mtu", "description", "random-detect")  # one value per block: replaced
 
 
+def _key(line: str) -> str:
+    """What makes two lines one setting: a single-valued word, or a DSCP's map."""
+    words = line.split()
+    if words[0] in SINGLE:
+        return words[0]
+    if words[:3] == ["qos", "map", "dscp"]:
+        return " ".join(words[:4])
+    return line
+
+
 class Eos:
     def __init__(self, running: str, refuse: str = "") -> None:
         self.lines: list[cli_diff.Path] = cli_diff.paths(running)
         self.refuse = refuse
+        self.ignore: set[str] = set()  # `no` lines accepted but without effect
+        self.collateral: dict[str, str] = {}  # a `no` line that also clears another
         self.saved = 0
-        self.sent: list[tuple[str, ...]] = []
 
     def running_config(self) -> str:
         return "".join("   " * (len(p) - 1) + p[-1] + "\n" for p in self.lines)
@@ -35,32 +48,34 @@ class Eos:
     def _set(self, p: cli_diff.Path) -> None:
         if p in self.lines:
             return
-        word = p[-1].split()[0]
         for i, q in enumerate(self.lines):
-            if q[:-1] == p[:-1] and word in SINGLE and q[-1].split()[0] == word:
+            if q[:-1] == p[:-1] and _key(q[-1]) == _key(p[-1]):
                 self.lines[i] = p
                 return
         under = [i for i, q in enumerate(self.lines) if q[:len(p) - 1] == p[:-1]]
         self.lines.insert(under[-1] + 1 if under else len(self.lines), p)
 
+    def _drop(self, mode: cli_diff.Path, line: str) -> None:
+        self.lines = [q for q in self.lines
+                      if not (q[:-1] == mode and (q[-1] == line or (_key(q[-1]) == _key(line)
+                                                  and _key(line) in SINGLE)))]
+
     def apply(self, commands: Sequence[str]) -> ApplyResult:
-        self.sent.append(tuple(commands))
+        if self.refuse in commands:  # the session is aborted: nothing took effect
+            return ApplyResult((), self.refuse, "% Invalid input; session aborted")
         mode: cli_diff.Path = ()
-        done: list[str] = []
         for c in commands:
-            if self.refuse and c == self.refuse:
-                return ApplyResult(tuple(done), c, "% Invalid input")
             if c.startswith(("interface ", "qos map ")):
                 mode = ()
-            if c.startswith("no "):
-                gone = (*mode, c[3:])
-                self.lines = [q for q in self.lines if q[:len(gone)] != gone]
-            else:
+            if c.startswith("no ") and c not in self.ignore:
+                self._drop(mode, c[3:])
+                if c in self.collateral:
+                    self._drop(mode, self.collateral[c])
+            elif not c.startswith("no "):
                 self._set((*mode, c))
                 if c.startswith(("interface ", "tx-queue ")):
                     mode = (*mode, c)
-            done.append(c)
-        return ApplyResult(tuple(done))
+        return ApplyResult(tuple(commands))
 
     def save(self) -> None:
         self.saved += 1
@@ -77,11 +92,12 @@ def _desired(priority: int, ports: tuple[str, ...] = ("Ethernet1",)) -> str:
 
 
 OLD_PORT = ("interface Ethernet1", "priority-flow-control priority 3 no-drop")
-OLD_ECN = ("interface Ethernet1", "tx-queue 3")
+OLD_LABEL = cli_diff.label(OLD_PORT)
 
 
 def _moved_from_3_to_4() -> tuple[Eos, str]:
-    """A switch pushed with PFC on 3 and an MTU of 1500 set by hand, now rendered with 4."""
+    """A switch pushed with PFC on 3 and an MTU of 1500 set by hand, now rendered with 4;
+    another port (not cabled to the site) has PFC on 3 too."""
     drv = Eos(_desired(3).replace("mtu 9214", "mtu 1500"))
     drv.lines.append(("interface Ethernet7",))
     drv.lines.append(("interface Ethernet7", "priority-flow-control priority 3 no-drop"))
@@ -91,40 +107,37 @@ def _moved_from_3_to_4() -> tuple[Eos, str]:
 def test_stale_lines_are_port_lines_shaped_like_rendered_ones() -> None:
     drv, desired = _moved_from_3_to_4()
     got = cli_diff.stale(desired, drv.running_config())
-    assert OLD_PORT in got
-    assert (*OLD_ECN, next(p[-1] for p in drv.lines if p[:2] == OLD_ECN and len(p) == 3)) in got
-    assert ("interface Ethernet1", "mtu 1500") in got  # until a push replaces it
-    # another port, top-level DSCP maps and lines of another shape are never stale
-    assert all(p[0] == "interface Ethernet1" and len(p) > 1 for p in got)
-    assert not any("description" in p[-1] or "priority-flow-control on" in p[-1] for p in got)
+    # the old PFC line, and the MTU until a push replaces it; not the other port, the
+    # DSCP map (top level), the old queue's ECN (another block) or a header
+    assert got == [("interface Ethernet1", "mtu 1500"), OLD_PORT]
     assert cli_diff.stale(desired, desired) == []
+    assert cli_diff.stale(desired, _desired(4, ("Ethernet1", "Ethernet7"))) == []
 
 
 def test_diff_lists_stale_lines_and_push_leaves_them_unless_asked() -> None:
     drv, desired = _moved_from_3_to_4()
     diff = _switch(drv, "leaf01", "eos", desired, push=False)
-    assert diff.status == "changes" and cli_diff.label(OLD_PORT) in diff.stale
-    assert "interface Ethernet1 > mtu 1500" in diff.stale
+    assert diff.status == "changes"
+    assert diff.stale == ("interface Ethernet1 > mtu 1500", OLD_LABEL)
 
     out = _switch(drv, "leaf01", "eos", desired, push=True)
     assert out.status == "pushed" and drv.saved == 1 and out.pruned == ()
-    # the new MTU replaced the old one; PFC on 3 and ECN on queue 3 are still there
-    assert "interface Ethernet1 > mtu 1500" not in out.stale
-    assert cli_diff.label(OLD_PORT) in out.stale and len(out.stale) == 2
+    assert out.stale == (OLD_LABEL,)  # the new MTU replaced the old one
     assert OLD_PORT in drv.lines
     again = _switch(drv, "leaf01", "eos", desired, push=True)
-    assert again.status == "unchanged" and again.stale == out.stale
+    assert again.status == "unchanged" and again.stale == (OLD_LABEL,)
 
 
 def test_prune_removes_the_stale_lines_and_nothing_else() -> None:
     drv, desired = _moved_from_3_to_4()
     out = _switch(drv, "leaf01", "eos", desired, push=True, prune=True)
     assert out.status == "pushed" and drv.saved == 1, out.error
-    assert cli_diff.label(OLD_PORT) in out.pruned and len(out.pruned) == 2
-    assert "no priority-flow-control priority 3 no-drop" in out.commands
+    assert out.pruned == (OLD_LABEL,) and out.stale == ()
+    assert out.commands[-2:] == ("interface Ethernet1",
+                                 "no priority-flow-control priority 3 no-drop")
     assert OLD_PORT not in drv.lines and ("interface Ethernet1", "tx-queue 4") in drv.lines
     assert ("interface Ethernet7", "priority-flow-control priority 3 no-drop") in drv.lines
-    assert ("qos map dscp 26 to traffic-class 3",) in drv.lines  # top level: not owned
+    assert ("interface Ethernet1", "mtu 9214") in drv.lines
     assert cli_diff.stale(desired, drv.running_config()) == []
     assert _switch(drv, "leaf01", "eos", desired, push=True, prune=True).status == "unchanged"
 
@@ -133,21 +146,41 @@ def test_prune_alone_runs_when_nothing_is_missing() -> None:
     drv, desired = _moved_from_3_to_4()
     _switch(drv, "leaf01", "eos", desired, push=True)
     out = _switch(drv, "leaf01", "eos", desired, push=True, prune=True)
-    assert out.status == "pushed" and len(out.pruned) == 2
-    assert all(c.startswith(("interface", "tx-queue", "no ")) for c in out.commands)
+    assert out.status == "pushed" and out.pruned == (OLD_LABEL,)
+    assert out.commands == ("interface Ethernet1", "no priority-flow-control priority 3 no-drop")
 
 
-def test_a_refused_prune_puts_the_lines_back_and_keeps_the_push() -> None:
+def test_an_aborted_prune_removes_nothing_and_keeps_the_push() -> None:
     drv, desired = _moved_from_3_to_4()
-    ecn = next(p for p in drv.lines if p[:2] == OLD_ECN and len(p) == 3)
-    drv.refuse = f"no {ecn[-1]}"
+    drv.refuse = "no priority-flow-control priority 3 no-drop"
     out = _switch(drv, "leaf01", "eos", desired, push=True, prune=True)
     assert out.status == "failed" and not out.ok
-    assert "prune:" in (out.error or "") and "put back" in (out.error or "")
-    assert "rendered lines were pushed and saved" in (out.error or "") and drv.saved == 1
-    assert OLD_PORT in drv.lines and out.pruned == ()  # the accepted removal was undone
-    assert out.undone == ("interface Ethernet1", "priority-flow-control priority 3 no-drop")
+    assert "session aborted" in (out.error or "") and "nothing was removed" in (out.error or "")
+    assert "rendered lines are in place and saved" in (out.error or "") and drv.saved == 1
+    assert OLD_PORT in drv.lines and out.pruned == () and out.stale == (OLD_LABEL,)
     assert cli_diff.plan(desired, drv.running_config()) == []
+
+
+def test_a_line_still_there_after_its_removal_fails_the_switch() -> None:
+    drv, desired = _moved_from_3_to_4()
+    drv.ignore.add("no priority-flow-control priority 3 no-drop")
+    out = _switch(drv, "leaf01", "eos", desired, push=True, prune=True)
+    assert out.status == "failed" and f"'{OLD_LABEL}' still there" in (out.error or "")
+    assert out.stale == (OLD_LABEL,) and drv.saved == 1
+
+
+def test_a_removal_that_takes_a_rendered_line_is_put_back() -> None:
+    """`no` of one setting clearing another (as EOS's `no mtu X` clears any MTU) must not
+    leave the port without a rendered line: it is sent again, and nothing unrendered saved."""
+    drv, desired = _moved_from_3_to_4()
+    drv.collateral["no priority-flow-control priority 3 no-drop"] = "priority-flow-control on"
+    out = _switch(drv, "leaf01", "eos", desired, push=True, prune=True)
+    assert out.status == "failed", out
+    assert "also removed 'priority-flow-control on'" in (out.error or "")
+    assert "put back as it was" in (out.error or "") and drv.saved == 1
+    assert OLD_PORT in drv.lines and cli_diff.plan(desired, drv.running_config()) == []
+    assert out.undone == ("interface Ethernet1", "priority-flow-control priority 3 no-drop",
+                          "interface Ethernet1", "priority-flow-control on")
 
 
 def test_up_says_stale_lines_were_left() -> None:
@@ -155,4 +188,4 @@ def test_up_says_stale_lines_were_left() -> None:
 
     drv, desired = _moved_from_3_to_4()
     text = _summary(_switch(drv, "leaf01", "eos", desired, push=True))
-    assert "2 stale line(s) left in place" in text and "--prune" in text
+    assert "1 stale line(s) left in place" in text and OLD_LABEL in text and "--prune" in text
