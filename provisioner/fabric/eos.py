@@ -1,4 +1,5 @@
-"""Arista EOS CLI: DSCP -> traffic-class map, per-port trust, PFC no-drop and ECN on tx-queue."""
+"""Arista EOS CLI: DSCP -> traffic-class map, per-port trust, PFC no-drop, and ECN on the
+switch's queue form (tx-queue or uc-tx-queue: SwitchAccess.eos_queue)."""
 
 from __future__ import annotations
 

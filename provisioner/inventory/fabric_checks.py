@@ -28,10 +28,10 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     site = loaded.site
     eps = endpoints(site, loaded.catalog)
     _sonic_lossless(loaded, eps, emit)
-    _eos_queue(eps, emit)
     if not (site.cabling.links or site.cabling.rules):
         _not_cabled(loaded, eps, emit)
         return
+    _eos_queue(eps, emit)
     links = list(resolve(site, loaded.catalog))
     _rules_have_leaves(loaded, eps, emit)
     _cabled_once(loaded, eps, links, emit)
@@ -65,8 +65,8 @@ def _eos_queue(eps: dict[str, Endpoint], emit: Emit) -> None:
     EOS switch says which it is (models.SwitchAccess.eos_queue)."""
     for ep in eps.values():
         mgmt = ep.node.management
-        if mgmt is None:
-            continue
+        if mgmt is None or not is_switch(ep) or ep.block.switch_role != "roce":
+            continue  # no RoCE config is rendered for it
         where = (*ep.path[:-1], "management")
         if mgmt.os == "eos" and mgmt.eos_queue is None:
             emit("eos-queue-unset", (*where, "os"),

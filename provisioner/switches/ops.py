@@ -189,12 +189,10 @@ def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool,
             return took
         applied = took.applied
     left = cli_diff.stale(desired, after)  # what the adds did not replace
-    if not cmds and not left:
-        return SwitchOutcome(name, nos, "unchanged")
     if not (prune and left):
         drv.save()
         return SwitchOutcome(name, nos, "pushed", diff, cmds, applied, stale=_labels(left))
-    return _prune(drv, name, nos, desired, diff, cmds, applied, left)
+    return _prune(drv, name, nos, desired, (diff, cmds, applied), after, left)
 
 
 def _labels(todo: Sequence[cli_diff.Path]) -> tuple[str, ...]:
@@ -232,39 +230,45 @@ def _add(drv: SwitchDriver, name: str, nos: str, desired: str, running: str,
                          f"{', '.join(leftover)}"), ""
 
 
-def _prune(drv: SwitchDriver, name: str, nos: str, desired: str, diff: str,
-           cmds: tuple[str, ...], applied: tuple[str, ...],
+def _prune(drv: SwitchDriver, name: str, nos: str, desired: str,
+           pushed: tuple[str, tuple[str, ...], tuple[str, ...]], before: str,
            stale: list[cli_diff.Path]) -> SwitchOutcome:
-    """Remove the stale lines the operator asked to go and read back: each gone, no rendered
-    line lost with them (an EOS `no` of a setting may clear more than its line). Else put
-    back what went and send the rendered lines again; save only a config that holds them."""
+    """Remove the stale lines the operator asked to go and read back: each gone and nothing
+    else with them (an EOS `no` of a setting can clear more than its line). Else put back
+    what went, stale lines first, then the rest (a rendered line among them) on its own, so
+    a refused put-back cannot keep a rendered line off; save only a config that holds every
+    rendered line. `pushed` is the push's (diff, commands, applied) before the prune."""
+    diff, cmds, applied = pushed
     neg = tuple(cli_diff.negate(stale))
     res = drv.apply(neg)
-    text = _running(drv, nos)
-    after = set(cli_diff.paths(text))
-    gone = [p for p in stale if p not in after]
-    lost = cli_diff.plan(desired, text)
+    had = cli_diff.paths(before)
+    now = set(cli_diff.paths(_running(drv, nos)))
+    gone = [p for p in stale if p not in now]
+    lost = [p for p in had if p not in now and p not in stale]
     if res.failed is None and len(gone) == len(stale) and not lost:
         drv.save()
         return SwitchOutcome(name, nos, "pushed", diff, cmds + neg, applied + res.applied,
                              pruned=_labels(gone))
     why = (f"'{res.failed}' refused ({res.error})" if res.failed is not None
-           else f"removing them also removed '{lost[-1]}'" if lost
-           else f"'{cli_diff.label(next(p for p in stale if p in after))}' still there")
-    back = drv.apply((*cli_diff.commands(gone), *lost)) if gone or lost else ApplyResult(())
+           else f"removing them also removed '{cli_diff.label(lost[-1])}'" if lost
+           else f"'{cli_diff.label(next(p for p in stale if p in now))}' still there")
+    back: tuple[str, ...] = ()
+    for todo in (gone, lost):
+        if todo:
+            back += drv.apply(tuple(cli_diff.commands(todo))).applied
     text = _running(drv, nos)
     now = set(cli_diff.paths(text))
-    missing = [p for p in gone if p not in now]
-    broken = cli_diff.plan(desired, text)
-    if not broken:
+    missing = [p for p in (*gone, *lost) if p not in now]
+    unrendered = cli_diff.missing(desired, text)
+    if not unrendered:
         drv.save()
     put = ("nothing was removed" if not gone and not lost
-           else "put back as it was" if back.failed is None and not missing and not broken
+           else "put back as it was" if not missing and not unrendered
            else "NOT put back: " + ", ".join(
-               [cli_diff.label(p) for p in missing] + [f"rendered '{b}'" for b in broken]))
-    saved = ("the rendered lines are in place and saved" if not broken
+               _labels([*missing, *(p for p in unrendered if p not in missing)])))
+    saved = ("the rendered lines are in place and saved" if not unrendered
              else "not saved: the startup config is as before the push")
-    return SwitchOutcome(name, nos, "failed", diff, cmds + neg, applied + res.applied,
-                         back.applied, f"prune: {why}; {put}; {saved}",
+    return SwitchOutcome(name, nos, "failed", diff, cmds + neg, applied + res.applied, back,
+                         f"prune: {why}; {put}; {saved}",
                          stale=_labels([p for p in stale if p in now]),
-                         pruned=_labels(missing))
+                         pruned=_labels([p for p in gone if p not in now]))

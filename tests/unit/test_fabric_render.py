@@ -217,7 +217,21 @@ def test_eos_queue_in_the_inventory(tmp_path: Path, management: str, code: str |
         assert (c in codes) is (c == code), sorted(codes)
     if code:
         assert codes[code].location.file.endswith("placements.yaml")
-        assert codes[code].location.line == 52
+        text = (tmp_path / "site" / "placements.yaml").read_text()
+        at = text[:text.index(management if code == "eos-queue-unset" else "eos_queue")]
+        assert codes[code].location.line == at.count("\n") + 1
     if queue:
         text = next(r.text for r in fabric.render_all(loaded) if r.spec.nos == "eos")
         assert f"\n   {queue} 3\n" in text
+
+
+def test_eos_queue_is_asked_of_roce_switches_only(tmp_path: Path) -> None:
+    """The management switch renders no RoCE config: no queue to name."""
+    from provisioner.inventory.checks import check
+
+    site = _leaf_os(tmp_path, "os: cumulus")
+    f = site / "placements.yaml"
+    old = "management: {os: cisco_ios, credentials: switch}"
+    assert old in f.read_text()
+    f.write_text(f.read_text().replace(old, "management: {os: eos, credentials: switch}"))
+    assert "eos-queue-unset" not in {x.code for x in check(load(site))}

@@ -176,11 +176,34 @@ def test_a_removal_that_takes_a_rendered_line_is_put_back() -> None:
     drv.collateral["no priority-flow-control priority 3 no-drop"] = "priority-flow-control on"
     out = _switch(drv, "leaf01", "eos", desired, push=True, prune=True)
     assert out.status == "failed", out
-    assert "also removed 'priority-flow-control on'" in (out.error or "")
+    assert "also removed 'interface Ethernet1 > priority-flow-control on'" in (out.error or "")
     assert "put back as it was" in (out.error or "") and drv.saved == 1
     assert OLD_PORT in drv.lines and cli_diff.plan(desired, drv.running_config()) == []
     assert out.undone == ("interface Ethernet1", "priority-flow-control priority 3 no-drop",
                           "interface Ethernet1", "priority-flow-control on")
+
+
+def test_a_removal_that_takes_an_operators_line_is_put_back() -> None:
+    drv, desired = _moved_from_3_to_4()
+    mine = ("interface Ethernet1", "service-profile OPERATOR")
+    drv.lines.insert(drv.lines.index(OLD_PORT), mine)
+    drv.collateral["no priority-flow-control priority 3 no-drop"] = mine[1]
+    out = _switch(drv, "leaf01", "eos", desired, push=True, prune=True)
+    assert out.status == "failed" and "service-profile OPERATOR" in (out.error or "")
+    assert mine in drv.lines and OLD_PORT in drv.lines and out.pruned == ()
+
+
+def test_a_refused_put_back_still_sends_the_rendered_line_again() -> None:
+    """The put-back of the stale line is refused (EOS aborts that session): the rendered
+    line the removal took goes in a session of its own, so the port keeps PFC on."""
+    drv, desired = _moved_from_3_to_4()
+    drv.collateral["no priority-flow-control priority 3 no-drop"] = "priority-flow-control on"
+    drv.refuse = "priority-flow-control priority 3 no-drop"
+    out = _switch(drv, "leaf01", "eos", desired, push=True, prune=True)
+    assert out.status == "failed" and "NOT put back: " + OLD_LABEL in (out.error or "")
+    assert ("interface Ethernet1", "priority-flow-control on") in drv.lines
+    assert cli_diff.plan(desired, drv.running_config()) == [] and drv.saved == 1
+    assert out.pruned == (OLD_LABEL,) and out.stale == ()
 
 
 def test_up_says_stale_lines_were_left() -> None:
