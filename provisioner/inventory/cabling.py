@@ -101,11 +101,15 @@ def is_switch(ep: Endpoint) -> bool:
     return ep.block.kind is BlockKind.SWITCH and ep.node.management is not None
 
 
+def is_roce_switch(ep: Endpoint) -> bool:
+    return is_switch(ep) and ep.block.switch_role == "roce"
+
+
 def rack_leaves(eps: dict[str, Endpoint]) -> dict[str, Endpoint]:
     """Rack -> its first RoCE switch (placement order). One pass: sites run to 10^4 nodes."""
     out: dict[str, Endpoint] = {}
     for ep in eps.values():
-        if is_switch(ep) and ep.block.switch_role == "roce":
+        if is_roce_switch(ep):
             out.setdefault(ep.rack, ep)
     return out
 

@@ -13,7 +13,7 @@ from provisioner import power
 from provisioner.inventory import fabric_checks, kube_checks, software_checks
 from provisioner.inventory.fields import parse_ipv4
 from provisioner.inventory.findings import Category, Finding, Severity
-from provisioner.inventory.kube_checks import default_roles
+from provisioner.inventory.kube_checks import node_roles
 from provisioner.inventory.loader import KeyPath, LoadedSite
 from provisioner.inventory.models import (
     BlockKind,
@@ -109,7 +109,7 @@ def _placements(loaded: LoadedSite, emit: Emit) -> None:
                  f"{block.name} holds {block.nodes_per_chassis} node(s); {len(p.nodes)} are listed",
                  "split the nodes across more chassis")
         for j, node in enumerate(p.nodes):
-            roles = node.roles or default_roles(block.kind)
+            roles = node_roles(node, block.kind)
             if block.kind is BlockKind.SWITCH:
                 if node.bmc is not None:
                     emit("switch-bmc", ("placements", i, "nodes", j, "bmc"),

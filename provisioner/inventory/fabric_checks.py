@@ -12,6 +12,7 @@ from provisioner.inventory.cabling import (
     Endpoint,
     ResolvedLink,
     endpoints,
+    is_roce_switch,
     is_switch,
     parse_port,
     rack_leaves,
@@ -65,7 +66,7 @@ def _eos_queue(eps: dict[str, Endpoint], emit: Emit) -> None:
     EOS switch says which it is (models.SwitchAccess.eos_queue)."""
     for ep in eps.values():
         mgmt = ep.node.management
-        if mgmt is None or not is_switch(ep) or ep.block.switch_role != "roce":
+        if mgmt is None or not is_roce_switch(ep):
             continue  # no RoCE config is rendered for it
         where = (*ep.path[:-1], "management")
         if mgmt.os == "eos" and mgmt.eos_queue is None:

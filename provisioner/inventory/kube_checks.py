@@ -11,15 +11,15 @@ from ipaddress import IPv4Address
 from provisioner.inventory import compat
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import KeyPath, LoadedSite
-from provisioner.inventory.models import BlockKind, BlockType, NetworkKind, Role
+from provisioner.inventory.models import BlockKind, BlockType, NetworkKind, Node, Role
 
 Emit = Callable[..., None]
 GPU_TAINT = "nvidia.com/gpu=present:NoSchedule"
 
 
-def default_roles(kind: BlockKind) -> tuple[Role, ...]:
-    """Roles a node gets when the inventory names none, by the kind of its block."""
-    return {
+def node_roles(node: Node, kind: BlockKind) -> tuple[Role, ...]:
+    """A node's roles: the inventory's, else by the kind of its block."""
+    return node.roles or {
         BlockKind.GPU_SERVER: (Role.WORKER,),
         BlockKind.COMPUTE: (Role.WORKER,),
         BlockKind.HCI: (Role.WORKER,),
@@ -42,7 +42,7 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     for p in loaded.site.placements:
         block = loaded.catalog.get(p.block)
         for node in p.nodes:
-            roles = node.roles or (default_roles(block.kind) if block else ())
+            roles = node_roles(node, block.kind) if block else node.roles or ()
             if Role.CONTROL_PLANE in roles:
                 control += 1
                 gpu_tainted += block is not None and GPU_TAINT in node_taints(block, roles)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from provisioner.errors import RenderError
-from provisioner.inventory.kube_checks import default_roles
+from provisioner.inventory.kube_checks import node_roles
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import (
     HOSTNAME_RE,
@@ -89,7 +89,7 @@ def host_plans(loaded: LoadedSite) -> list[HostPlan]:
         for node in p.nodes:
             if not HOSTNAME_RE.match(node.hostname):  # belt and braces: reaches shells
                 raise RenderError(f"refusing host name {node.hostname!r}")
-            out.append(HostPlan(node, p, block, node.roles or default_roles(block.kind)))
+            out.append(HostPlan(node, p, block, node_roles(node, block.kind)))
     return out
 
 
