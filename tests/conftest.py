@@ -147,6 +147,17 @@ def holds(expr: str, **ctx: object) -> bool:
     return bool(_templar(ctx).evaluate_conditional(trust_as_template(expr)))
 
 
+def fabric_state(nvidia_smi_q: str) -> dict[str, Any]:
+    """fabric_manager's parse of an `nvidia-smi -q` output, as its fabric_state.yml reads it:
+    the read's register and the Fabric sections, pending and failed, in play order."""
+    role_vars = yaml.safe_load((ROOT / "roles/fabric_manager/vars/main.yml").read_text())
+    ctx: dict[str, Any] = {"fabric_manager_gpu_fabric": {"stdout": nvidia_smi_q}}
+    for name in ("fabric_manager_fabric", "fabric_manager_fabric_pending",
+                 "fabric_manager_fabric_failed"):
+        ctx[name] = ansible_eval(role_vars[name], **ctx)
+    return ctx
+
+
 def run_assert(task: dict[str, Any], **ctx: object) -> tuple[bool, str]:
     """An assert task as the play runs it: its vars in order, then whether every `that`
     holds, and its fail_msg (rendered whatever the outcome)."""

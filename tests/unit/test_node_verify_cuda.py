@@ -17,7 +17,15 @@ import yaml
 
 from provisioner import render
 from provisioner.inventory import load
-from tests.conftest import FIXTURES, ROOT, ansible_eval, holds, role_task, run_assert
+from tests.conftest import (
+    FIXTURES,
+    ROOT,
+    ansible_eval,
+    fabric_state,
+    holds,
+    role_task,
+    run_assert,
+)
 
 PROBE = ROOT / "roles/node_verify/files/cuda_probe.py"
 CUDA = "tasks/cuda.yml"
@@ -236,12 +244,7 @@ def test_a_real_h200_without_nvswitch_reports_no_fabric_and_is_not_pending(tmp_p
     none failed (run on that machine under the DGX H200 block: docs/gpu-verify.md). The
     parse already did this before the CUDA checks; this pins it to real output, and with it
     the gap docs/gpu-verify.md names: an NVSwitch block whose GPUs print N/A passes."""
-    role_vars = yaml.safe_load((ROOT / "roles/fabric_manager/vars/main.yml").read_text())
-    ctx: dict[str, Any] = {"fabric_manager_gpu_fabric": {
-        "stdout": (H200 / "nvidia-smi-q.txt").read_text()}}
-    for name in ("fabric_manager_fabric", "fabric_manager_fabric_pending",
-                 "fabric_manager_fabric_failed"):
-        ctx[name] = ansible_eval(role_vars[name], **ctx)
+    ctx = fabric_state((H200 / "nvidia-smi-q.txt").read_text())
     assert len(ctx["fabric_manager_fabric"]) == 1
     assert ctx["fabric_manager_fabric_pending"] == [] and ctx["fabric_manager_fabric_failed"] == []
     check = role_task("fabric_manager", "Check every GPU's NVLink fabric registration "

@@ -28,6 +28,7 @@ from tests.conftest import (
     ROOT,
     ansible_eval,
     edited_example,
+    fabric_state,
     holds,
     role_task,
     role_template,
@@ -573,11 +574,7 @@ def test_fabric_manager_waits_for_and_checks_each_gpus_fabric_registration(
     registration must complete with status Success (NVML), else CUDA fails on it. The role
     waits while any is pending, then fails the node on one that completed with an error;
     node_verify runs the same tasks on every check."""
-    role_vars = yaml.safe_load((ROOT / "roles/fabric_manager/vars/main.yml").read_text())
-    ctx: dict[str, Any] = {"fabric_manager_gpu_fabric": {"stdout": _nvidia_smi_q(*fabric)}}
-    for name in ("fabric_manager_fabric", "fabric_manager_fabric_pending",
-                 "fabric_manager_fabric_failed"):
-        ctx[name] = ansible_eval(role_vars[name], **ctx)
+    ctx = fabric_state(_nvidia_smi_q(*fabric))
     assert len(ctx["fabric_manager_fabric"]) == len(fabric)
     assert (len(ctx["fabric_manager_fabric_pending"]),
             len(ctx["fabric_manager_fabric_failed"])) == (pending, failed)
