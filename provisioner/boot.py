@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import threading
@@ -21,38 +22,103 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from provisioner.errors import ConfigError
 
 # Debian's ipxe package: the loaders firmware without iPXE fetches over TFTP.
 IPXE_DIRS = (Path("/usr/lib/ipxe"), Path("/usr/share/ipxe"))
 IPXE_LOADERS = ("ipxe.efi", "undionly.kpxe")
-SERVED = ("/ipxe/", "/autoinstall/", "/ubuntu/")
+SERVED = ("/ipxe/", "/autoinstall/", "/ubuntu/")  # the URL prefixes the operator is told
+
+# The allow-list: every file the HTTP server may hand out, relative to the boot root, as
+# render.pxe and stage_iso write them. `owner` names the node a file belongs to: served to
+# that node's reserved address only (its user-data carries its private SSH host key).
+# cloud-init's NoCloud source fetches user-data, meta-data and vendor-data (and
+# network-config) under the ds=nocloud-net;s= URL; a name that was not written is a 404.
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}"
+ALLOWED = (
+    re.compile(rf"ipxe/{_NAME}\.ipxe"),
+    re.compile(rf"autoinstall/(?P<owner>{_NAME})/(?:user-data|meta-data|vendor-data|"
+               r"network-config)"),
+    re.compile(r"ubuntu/[a-z]+/(?:vmlinuz|initrd|installer\.iso)"),
+)
+ISO_LINK = "installer.iso"  # the one served link: stage_iso links the operator's ISO
 
 LogFn = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class Served:
+    """A request's file, decoded and checked: relative to the boot root, and its owner."""
+
+    rel: str
+    owner: str | None
+
+
+def served(raw: str) -> Served | None:
+    """The boot file a request target names, or None when it names anything else.
+
+    The target is decoded first and every decoded segment checked before the allow-list
+    is matched, so the ownership check and the file served read one and the same path: a
+    `..` or `.` segment, encoded or not (%2e%2e), an empty segment, a backslash or a NUL
+    never reaches a match."""
+    path = urlsplit(raw).path
+    try:
+        decoded = unquote(path, errors="strict")
+    except UnicodeDecodeError:
+        return None
+    if not decoded.startswith("/"):
+        return None
+    rel = decoded[1:]
+    if any(seg in ("", ".", "..") or "\\" in seg or "\0" in seg for seg in rel.split("/")):
+        return None
+    for pattern in ALLOWED:
+        match = pattern.fullmatch(rel)
+        if match:
+            return Served(rel, match.groupdict().get("owner"))
+    return None
+
+
+def _printable(text: str) -> str:
+    """A request line as one harmless log line: no terminal escapes from a hostile client."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 class _Handler(SimpleHTTPRequestHandler):
-    """Serve the boot files only; one log line per request to the caller."""
+    """Serve the allow-listed boot files only; one log line per request to the caller."""
 
     log_fn: LogFn = staticmethod(lambda _line: None)
     owners: dict[str, str] = {}  # noqa: RUF012 - per server class: host -> its address
 
     def send_head(self) -> Any:
-        """GET and HEAD both come here: refuse anything but the boot files, and a node's
-        autoinstall data to any address but its own."""
-        if not self.path.startswith(SERVED) or ".." in self.path:
+        """GET and HEAD both come here. The ownership check and the file served are both
+        taken from the one decoded path `served` returns; anything off the allow-list, a
+        directory, or a link out of the boot root (but the ISO's) is a 404."""
+        found = served(self.path)
+        if found is None:
             self.send_error(404)
             return None
-        if self.path.startswith("/autoinstall/"):
-            host = self.path.split("/")[2]
-            if self.owners.get(host) != self.client_address[0]:
-                self.send_error(403, "autoinstall data is served to its node only")
-                return None
+        if found.owner is not None and self.owners.get(found.owner) != self.client_address[0]:
+            self.send_error(403, "autoinstall data is served to its node only")
+            return None
+        root = Path(self.directory).resolve()
+        file = root / found.rel
+        inside = file.parent.resolve().is_relative_to(root) and (
+            file.resolve().is_relative_to(root) or file.name == ISO_LINK)
+        if not inside or not file.is_file():
+            self.send_error(404)
+            return None
+        self.path = "/" + found.rel  # the checked path is the one the parent opens
         return super().send_head()
 
+    def list_directory(self, path: Any) -> Any:
+        """No directory is ever listed (send_head never reaches one; this is the backstop)."""
+        self.send_error(404)
+        return None
+
     def log_message(self, format: str, *args: Any) -> None:
-        self.log_fn(f"http {self.client_address[0]} " + format % args)
+        self.log_fn(_printable(f"http {self.client_address[0]} " + format % args))
 
 
 @dataclass

@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from ipaddress import IPv4Address
 from pathlib import Path
 
@@ -171,6 +173,36 @@ def _live_iso(tmp_path: Path, info: str) -> tuple[Path, dict[str, str]]:
     return iso, sums
 
 
+@contextmanager
+def _boot_network() -> Iterator[tuple[str, str]]:
+    """Two namespaces of this test's own on a veth pair: the boot server's at 10.250.0.1
+    and a client's holding 10.250.0.200 (no node's) and 10.250.0.21 (dgx01's
+    reservation), with dgx01's MAC. Yields their names; both are deleted after."""
+    tag = f"{os.getpid() % 10000:04d}"
+    srv, cli = f"pvxs{tag}", f"pvxc{tag}"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, timeout=30)
+
+    ip("netns", "add", srv)
+    ip("netns", "add", cli)
+    try:
+        ip("-n", srv, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0",
+           "netns", cli)
+        ip("-n", cli, "link", "set", "eth0", "address", "52:54:00:00:00:21")
+        ip("-n", srv, "addr", "add", "10.250.0.1/24", "dev", "eth0")
+        ip("-n", cli, "addr", "add", "10.250.0.200/24", "dev", "eth0")
+        ip("-n", cli, "addr", "add", "10.250.0.21/24", "dev", "eth0")  # its reservation
+        for ns in (srv, cli):
+            ip("-n", ns, "link", "set", "eth0", "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+        ip("-n", cli, "route", "add", "default", "dev", "eth0")  # for the DHCP broadcast
+        yield srv, cli
+    finally:
+        subprocess.run(["ip", "netns", "del", srv], check=False, timeout=30)
+        subprocess.run(["ip", "netns", "del", cli], check=False, timeout=30)
+
+
 @requires_xorriso
 def test_stage_iso_takes_the_installer_of_the_right_release_only(tmp_path):
     iso, sums = _live_iso(tmp_path, 'Ubuntu-Server 24.04.1 LTS "Noble Numbat" - amd64')
@@ -196,63 +228,113 @@ def test_pxe_serve_answers_dhcp_by_mac_and_serves_the_installer(tmp_path):
     and the ISO itself (what the script names), its autoinstall data to its own address
     only, and nothing outside the boot files."""
     iso, sums = _live_iso(tmp_path, 'Ubuntu-Server 22.04.5 LTS "Jammy Jellyfish" - amd64')
-    tag = f"{os.getpid() % 10000:04d}"
-    srv, cli = f"pvxs{tag}", f"pvxc{tag}"
-
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, timeout=30)
-
-    ip("netns", "add", srv)
-    ip("netns", "add", cli)
     serve = None
+    with _boot_network() as (srv, cli):
+        try:
+            serve = subprocess.Popen(
+                ["ip", "netns", "exec", srv, sys.executable, "-m", "provisioner", "pxe", "serve",
+                 str(EXAMPLE), "--out", str(tmp_path / "pxe"), "--server", "10.250.0.1",
+                 "--interface", "eth0", "--http-port", "8080", "--iso", str(iso)],
+                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            deadline = time.monotonic() + 30
+            log = tmp_path / "pxe" / "dnsmasq.log"
+            while time.monotonic() < deadline and not (log.exists() and "DHCP" in log.read_text()):
+                assert serve.poll() is None, serve.stdout.read() if serve.stdout else ""
+                time.sleep(0.1)
+            proc = subprocess.run(["ip", "netns", "exec", cli, sys.executable, "-c", CLIENT,
+                                   "52:54:00:00:00:21"], capture_output=True, text=True,
+                                  timeout=60, check=False)
+            assert "offer 10.250.0.21" in proc.stdout, proc.stdout + proc.stderr + log.read_text()
+            assert "http /ipxe/dgx01.ipxe 200 #!ipxe" in proc.stdout
+            assert "http /dnsmasq.conf 404" in proc.stdout
+            assert "http /hostkeys/dgx01/ssh_host_ed25519_key 404" in proc.stdout
+            assert "http /autoinstall/dgx01/user-data 403" in proc.stdout  # from .200
+            assert "own 200 #cloud-config" in proc.stdout  # from .21, dgx01's address
+            root = "http://10.250.0.1:8080/ubuntu/jammy"
+            assert f"fetched {root}/vmlinuz {sums['vmlinuz']}" in proc.stdout
+            assert f"fetched {root}/initrd {sums['initrd']}" in proc.stdout
+            loader = next(d / "undionly.kpxe" for d in boot.IPXE_DIRS
+                          if (d / "undionly.kpxe").is_file())
+            assert f"tftp undionly.kpxe {hashlib.sha256(loader.read_bytes()).hexdigest()}" \
+                in proc.stdout, proc.stdout + log.read_text()[-2000:]
+            iso_sum = hashlib.sha256(iso.read_bytes()).hexdigest()
+            assert f"fetched {root}/installer.iso {iso_sum}" in proc.stdout
+            pid = int((tmp_path / "pxe" / "dnsmasq.pid").read_text())
+            serve.send_signal(signal.SIGTERM)
+            out, _ = serve.communicate(timeout=30)
+            assert serve.returncode == 0, out
+            assert "serving boot files at http://10.250.0.1:8080/ipxe/" in out and "stopped" in out
+            assert not Path(f"/proc/{pid}").exists()  # dnsmasq stopped with it
+        finally:
+            if serve is not None and serve.poll() is None:
+                serve.kill()
+                serve.wait(timeout=10)
+
+
+HOSTILE = r"""
+import http.client, sys, time
+source, paths = sys.argv[1], sys.argv[2:]
+for _ in range(100):  # until the server in the other namespace listens
     try:
-        ip("-n", srv, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0",
-           "netns", cli)
-        ip("-n", cli, "link", "set", "eth0", "address", "52:54:00:00:00:21")
-        ip("-n", srv, "addr", "add", "10.250.0.1/24", "dev", "eth0")
-        ip("-n", cli, "addr", "add", "10.250.0.200/24", "dev", "eth0")
-        ip("-n", cli, "addr", "add", "10.250.0.21/24", "dev", "eth0")  # its reservation
-        for ns in (srv, cli):
-            ip("-n", ns, "link", "set", "eth0", "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-        ip("-n", cli, "route", "add", "default", "dev", "eth0")  # for the DHCP broadcast
-        serve = subprocess.Popen(
-            ["ip", "netns", "exec", srv, sys.executable, "-m", "provisioner", "pxe", "serve",
-             str(EXAMPLE), "--out", str(tmp_path / "pxe"), "--server", "10.250.0.1",
-             "--interface", "eth0", "--http-port", "8080", "--iso", str(iso)],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 30
-        log = tmp_path / "pxe" / "dnsmasq.log"
-        while time.monotonic() < deadline and not (log.exists() and "DHCP" in log.read_text()):
-            assert serve.poll() is None, serve.stdout.read() if serve.stdout else ""
-            time.sleep(0.1)
-        proc = subprocess.run(["ip", "netns", "exec", cli, sys.executable, "-c", CLIENT,
-                               "52:54:00:00:00:21"], capture_output=True, text=True,
-                              timeout=60, check=False)
-        assert "offer 10.250.0.21" in proc.stdout, proc.stdout + proc.stderr + log.read_text()
-        assert "http /ipxe/dgx01.ipxe 200 #!ipxe" in proc.stdout
-        assert "http /dnsmasq.conf 404" in proc.stdout
-        assert "http /hostkeys/dgx01/ssh_host_ed25519_key 404" in proc.stdout
-        assert "http /autoinstall/dgx01/user-data 403" in proc.stdout  # from .200
-        assert "own 200 #cloud-config" in proc.stdout  # from .21, dgx01's address
-        root = "http://10.250.0.1:8080/ubuntu/jammy"
-        assert f"fetched {root}/vmlinuz {sums['vmlinuz']}" in proc.stdout
-        assert f"fetched {root}/initrd {sums['initrd']}" in proc.stdout
-        loader = next(d / "undionly.kpxe" for d in boot.IPXE_DIRS
-                      if (d / "undionly.kpxe").is_file())
-        assert f"tftp undionly.kpxe {hashlib.sha256(loader.read_bytes()).hexdigest()}" \
-            in proc.stdout, proc.stdout + log.read_text()[-2000:]
-        iso_sum = hashlib.sha256(iso.read_bytes()).hexdigest()
-        assert f"fetched {root}/installer.iso {iso_sum}" in proc.stdout
-        pid = int((tmp_path / "pxe" / "dnsmasq.pid").read_text())
-        serve.send_signal(signal.SIGTERM)
-        out, _ = serve.communicate(timeout=30)
-        assert serve.returncode == 0, out
-        assert "serving boot files at http://10.250.0.1:8080/ipxe/" in out and "stopped" in out
-        assert not Path(f"/proc/{pid}").exists()  # dnsmasq stopped with it
-    finally:
-        if serve is not None and serve.poll() is None:
-            serve.kill()
-            serve.wait(timeout=10)
-        subprocess.run(["ip", "netns", "del", srv], check=False, timeout=30)
-        subprocess.run(["ip", "netns", "del", cli], check=False, timeout=30)
+        http.client.HTTPConnection("10.250.0.1", 8080, timeout=2).connect()
+        break
+    except OSError:
+        time.sleep(0.1)
+for path in paths:
+    conn = http.client.HTTPConnection("10.250.0.1", 8080, timeout=5,
+                                      source_address=(source, 0))
+    conn.putrequest("GET", path, skip_accept_encoding=True)  # sent as written, not cleaned
+    conn.endheaders()
+    resp = conn.getresponse()
+    body = resp.read()
+    leaks = [w for w in (b"PRIVATE KEY", b"#cloud-config", b"Directory listing", b"dhcp-host")
+             if w in body]
+    print("got", source, path, resp.status, ",".join(w.decode().replace(" ", "_") for w in leaks) or "-")
+"""
+
+# Requests that named another node's secrets through the decoded path while the owner check
+# read the raw one (`..` percent-encoded), listed directories, or left the served prefixes.
+CLIMBS = ("/ipxe/%2e%2e/autoinstall/dgx01/user-data",
+          "/ipxe/%2E%2E/hostkeys/dgx01/ssh_host_ed25519_key",
+          "/ipxe/%2e%2e/", "/ipxe/", "/autoinstall/", "/autoinstall/dgx01/",
+          "/ipxe/..%2fautoinstall/dgx02/user-data", "/ubuntu/%2e%2e/dnsmasq.conf",
+          "/ipxe/%2e%2e/hostkeys/", "//autoinstall/dgx01/user-data")
+
+
+@requires_root
+def test_boot_server_gives_no_secret_to_a_hostile_client(tmp_path):
+    """`pxe serve --no-dhcp` in a namespace; from another namespace, an address that is no
+    node's sends the climbing requests, and dgx01's own address asks for dgx02's data
+    through an encoded `..`: every one is refused and no body carries a key, autoinstall
+    data, a directory listing or the DHCP config. dgx01 still gets its own data."""
+    serve = None
+    with _boot_network() as (srv, cli):
+        try:
+            serve = subprocess.Popen(
+                ["ip", "netns", "exec", srv, sys.executable, "-m", "provisioner", "pxe",
+                 "serve", str(EXAMPLE), "--out", str(tmp_path / "pxe"), "--server",
+                 "10.250.0.1", "--interface", "eth0", "--http-port", "8080", "--no-dhcp"],
+                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+            def ask(source: str, *paths: str) -> list[list[str]]:
+                proc = subprocess.run(["ip", "netns", "exec", cli, sys.executable, "-c",
+                                       HOSTILE, source, *paths], capture_output=True,
+                                      text=True, timeout=120, check=False)
+                assert proc.returncode == 0, proc.stdout + proc.stderr
+                return [line.split() for line in proc.stdout.splitlines()]
+
+            stranger = ask("10.250.0.200", *CLIMBS, "/autoinstall/dgx01/user-data")
+            assert [r[2] for r in stranger] == [*CLIMBS, "/autoinstall/dgx01/user-data"]
+            # http.server itself folds a leading "//" to "/": that one meets the owner check
+            assert [r[3] for r in stranger] == ["404"] * (len(CLIMBS) - 1) + ["403", "403"], \
+                stranger
+            assert all(r[4] == "-" for r in stranger), stranger
+            own = ask("10.250.0.21", "/autoinstall/dgx01/%2e%2e/dgx02/user-data",
+                      "/autoinstall/dgx01/user-data", "/ipxe/dgx01.ipxe")
+            assert [r[3:] for r in own] == [["404", "-"], ["200", "PRIVATE_KEY,#cloud-config"],
+                                            ["200", "-"]], own  # its own key, to it alone
+            assert (tmp_path / "pxe" / "hostkeys" / "dgx01").is_dir()  # the secrets exist
+        finally:
+            if serve is not None and serve.poll() is None:
+                serve.send_signal(signal.SIGTERM)
+                serve.wait(timeout=30)
