@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from provisioner import results
+from provisioner.console_plain import PlainProgress, ticking
 from provisioner.console_state import PHASE_COLOR, StateViews
 from provisioner.errors import ProvisionerError
 from provisioner.inventory.findings import Finding, Severity
@@ -298,13 +299,13 @@ class Console(StateViews):
             yield lambda p: None
             return
         if not (self.err.is_terminal if live is None else live):
-            def plain(p: UpProgress) -> None:
-                if p.status == "task" and not p.detail.startswith(("failed", "unreachable")):
-                    return
-                with lock:
-                    self.err.print(f"{p.node or '-'}: {p.step} {p.status}"
-                                   + (f": {escape(p.detail)}" if p.detail else ""))
-            yield plain
+            plain, stop = PlainProgress(self.err), threading.Event()
+            timer = ticking(plain, stop)
+            try:
+                yield plain
+            finally:
+                stop.set()
+                timer.join()
             return
         from rich.live import Live
 

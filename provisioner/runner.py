@@ -37,7 +37,7 @@ class TaskEvent:
     host: str
     task: str
     role: str
-    status: str  # ok | changed | failed | unreachable | skipped
+    status: str  # ok | changed | failed | unreachable | skipped (started: progress only)
     message: str = ""
     # Ran in check mode (the lab simulates steps that need a GPU, the internet or an init
     # system): a "changed" here is a prediction, not a change.
@@ -147,6 +147,16 @@ def _to_event(raw: Mapping[str, Any]) -> TaskEvent | None:
                      check_mode=simulated)
 
 
+def started_event(raw: Mapping[str, Any]) -> TaskEvent | None:
+    """A task starting on a host (ansible-runner's runner_on_start): status "started",
+    for the progress lines that say which task a long-running host is on."""
+    data = raw.get("event_data") or {}
+    if raw.get("event") != "runner_on_start" or not data.get("host"):
+        return None
+    return TaskEvent(host=str(data["host"]), task=str(data.get("task", "")),
+                     role=str(data.get("role", "")), status="started")
+
+
 # What the playbooks need from this process's environment, and nothing else: no BMC or
 # switch password (PROVISION_*), no cloud or CI token. ansible-runner seeds the child's
 # environment with all of os.environ and writes it to artifacts/<id>/command; `child_env`
@@ -207,6 +217,8 @@ def run_playbook(private_data_dir: Path, playbook: str, *, limit: str | None = N
             events.append(ev)
             if on_event is not None:
                 on_event(ev)
+        elif on_event is not None and (started := started_event(raw)) is not None:
+            on_event(started)  # for progress only: not an outcome, so not in events
         return True  # keep ansible-runner's own artifacts too
 
     cmdline = "--check --diff" if check else None
