@@ -23,4 +23,8 @@ provision up "$SITE"
 provision up "$SITE"        # again: nothing to do, and it says so
 provision status "$SITE"
 provision report "$SITE"   # again, now with every node's phase and the runs
-echo "rendered Ansible project and playbook logs: $SITE/.provision/lab/ansible"
+# The lab's state, rendered project and playbook logs go with the lab (the trap's `lab down`);
+# the page stays.
+echo "the site's page: $SITE/.provision/report/index.html (kept); the lab, with its state and" \
+  "playbook logs, is removed now: to look around first, run the steps above by hand" \
+  "and \`provision lab down $SITE\` when done"

@@ -67,5 +67,22 @@ app.add_typer(upgrade.app, name="upgrade")
 report_cli.register(app)
 
 
+def one_line_summaries(typer_app: typer.Typer) -> None:
+    """Each command's entry in `--help`'s list: its docstring's first sentence as one line.
+    Typer shows the first paragraph with the docstring's own line breaks, which leaves a
+    ragged column at 80 columns."""
+    for info in typer_app.registered_commands:
+        doc = info.callback.__doc__ if info.callback is not None else None
+        if info.short_help is None and info.help is None and doc:
+            first = " ".join(doc.split("\n\n", 1)[0].split())
+            info.short_help = first.split(". ", 1)[0].rstrip(".") + "."
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            one_line_summaries(group.typer_instance)
+
+
+one_line_summaries(app)
+
+
 def main() -> None:
     app()

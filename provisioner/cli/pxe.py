@@ -29,7 +29,8 @@ InterfaceOpt = Annotated[str | None, typer.Option(
     "--interface", help="Interface dnsmasq serves DHCP on (required: no default, the DHCP "
     "server is authoritative).", show_default=False)]
 SshKeyOpt = Annotated[Path | None, typer.Option(
-    "--ssh-key", help="Public key installed nodes accept, besides site.ssh.authorized_keys.")]
+    "--ssh-key", help="Public key installed nodes accept, besides the site's "
+    "ssh: authorized_keys.")]
 IsoOpt = Annotated[Path | None, typer.Option(
     "--iso", help="Ubuntu live-server ISO of software.os's release: its casper/vmlinuz and "
     "casper/initrd are extracted and served with it (default: provisioning.iso_url on the "

@@ -55,10 +55,10 @@ def up(site: SiteArg = None,
                                           help="Hosts per playbook wave.")] = 20,
        concurrency: Annotated[int | None, typer.Option(
            min=1, max=4096, help="Nodes in the BMC and boot steps at once "
-           "(default: the site's provisioning.concurrency).")] = None,
+           "(default: the site's provisioning: concurrency).")] = None,
        os_timeout: Annotated[float | None, typer.Option(
            "--os-timeout", min=1.0, help="Seconds to wait for SSH after power on (default: "
-           "the site's provisioning.os_timeout_s; 60 in the lab).")] = None,
+           "the site's provisioning: os_timeout_s; 60 in the lab).")] = None,
        request_timeout: Annotated[float, typer.Option(
            "--request-timeout", min=0.5, help="Seconds for one BMC request.")] = 10.0,
        playbook: Annotated[str, typer.Option(

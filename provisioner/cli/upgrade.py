@@ -28,7 +28,7 @@ from provisioner.cli.common import (
 from provisioner.errors import ConfigError, ExitCode
 from provisioner.inventory import load
 from provisioner.results import dump
-from provisioner.results.upgrade import plan_report, upgrade_report
+from provisioner.results.upgrade import UpgradeNode, plan_report, upgrade_report
 from provisioner.secrets import Secret
 from provisioner.upgrade import apply as apply_mod
 from provisioner.upgrade.plan import PlanOptions
@@ -99,6 +99,15 @@ def plan_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
         raise typer.Exit(int(ExitCode.UPGRADE_REFUSED))
 
 
+def moved(node: UpgradeNode, not_started: list[str]) -> str:
+    """A node's line in apply's summary: a move only where one happened."""
+    if node.hostname in not_started:
+        return f"{node.phase}, not started (the run stopped before its batch)"
+    if not node.steps and node.start_phase == node.phase:
+        return f"{node.phase}, untouched by this run"
+    return f"{node.start_phase} -> {node.phase}"
+
+
 @app.command("apply")
 @handle_errors
 def apply_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
@@ -135,7 +144,7 @@ def apply_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
                   "bearer token for --kube-api (never the token itself).")] = None,
               kube_ca: Annotated[Path | None, typer.Option(
                   "--kube-ca", help="CA certificate the --kube-api server's certificate "
-                  "must chain to (kubeadm's /etc/kubernetes/pki/ca.crt); default: the "
+                  "must chain to (kubeadm's ca.crt in /etc/kubernetes/pki); default: the "
                   "system's CAs.")] = None,
               forks: Annotated[int, typer.Option(min=1, max=1000)] = 20,
               no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
@@ -178,7 +187,7 @@ def apply_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
         out.emit_json(dump(rep))
     else:
         for n in rep.nodes:
-            out.out.print(f"{n.hostname}: {n.start_phase} -> {n.phase}"
+            out.out.print(f"{n.hostname}: {moved(n, rep.not_started)}"
                           + (f" ({escape(n.reason)})" if n.reason else ""))
         for note in rep.notes:
             out.out.print(f"note: {escape(note)}")
