@@ -15,7 +15,9 @@ Printed, measured side by side in this one run:
 - wall time, for information only: on this 2-core machine the execution nodes' work runs
   on the same two cores as the controller, so wall time cannot show a speed-up.
 
-    python bench/execution_scale.py [--hosts 50] [--playbook ping.yml] [--forks 50]
+    python bench/execution_scale.py [--hosts 50] [--playbook ping.yml] [--forks 50] [--smoke]
+
+--smoke: 2 hosts, to see that the bench still runs end to end (its ratio means nothing).
 
 Needs root (network namespaces) and the lab's packages (scripts/bootstrap.sh). Takes the
 lab lock's place: run it under `flock /tmp/pv-lab.lock`.
@@ -99,13 +101,18 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=50)
     ap.add_argument("--playbook", default="ping.yml")
     ap.add_argument("--forks", type=int, default=50)
+    ap.add_argument("--smoke", action="store_true", help="2 hosts only")
     args = ap.parse_args()
+    if args.smoke:
+        args.hosts = 2
     with tempfile.TemporaryDirectory(prefix="execscale-") as tmp:
         site = Path(tmp) / "site"
         site.mkdir()
         (site / "site.yaml").write_text(site_yaml(args.hosts) + EXECUTION)
         loaded = load(site)
-        lab_mod.up(loaded, ssh_hosts=True, start_timeout_s=180)
+        state = lab_mod.up(loaded, ssh_hosts=True, start_timeout_s=180)
+        for note in state.notes:
+            print(f"lab: {note}", flush=True)
         try:
             local = measure("local", site, args.playbook, args.forks)
             remote = measure("remote", site, args.playbook, args.forks)

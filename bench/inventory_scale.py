@@ -11,18 +11,27 @@ the neighbours):
   ratio check/parse. Goal: <= 1.5x at 100,000 nodes. The loader pauses Python's cyclic
   GC while it builds a site (inventory/loader.py); "(no GC)" is the parse with the GC
   paused too, the stricter comparison;
+- peak RSS: the whole check again in a fresh child process, beside the YAML's size;
+  the ratio peak/size (goal: <= 10x at 100,000 nodes), the same ratio above the child's
+  RSS before loading (the interpreter and its imports), and the child's CPU seconds.
+  The peak is the child's VmHWM: its getrusage ru_maxrss would carry this bench's own
+  peak over the fork;
 - status / plan: the cores of `provision status` and `provision plan` (the site loaded
   once beforehand) against a state store holding every node, in mixed phases, and the
   CPU microseconds per node, which stay flat when the growth is linear.
 
     python bench/inventory_scale.py [--repeat 2] [--sizes 1000,10000,50000,100000] [--no-state]
+    python bench/inventory_scale.py --smoke     # CI: one tiny site, asserts it completes
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -52,6 +61,7 @@ networks:
 software:
   nvidia_driver: {branch: "570", version: "570.124.06"}
   cuda: "12.8"
+  doca: "2.9.1"  # the RoCE network needs DOCA-OFED (software_checks: roce-without-doca)
   kubernetes: {version: "1.31.4", vip: 10.0.0.5}
 """
 
@@ -95,6 +105,41 @@ def generate(n_nodes: int) -> str:
             u += units
     return (HEADER % {"n": n_nodes, "key": KEY} + "\n".join(racks) + "\n"
             + "\n".join(placements) + "\n")
+
+
+CHILD = """
+import json, resource, sys, time
+from provisioner import power
+from provisioner.inventory import check, load, shipped_catalog
+from provisioner.inventory.findings import errors
+def peak_kb():
+    # ru_maxrss carries the parent's peak over fork and exec (this bench's own, GBs at
+    # 100,000 nodes); VmHWM is this process's alone. ru_maxrss where /proc has no VmHWM.
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+shipped_catalog()
+before = peak_kb()
+t0 = time.process_time()
+loaded = load(sys.argv[1])
+assert not errors(check(loaded))
+power.budget(loaded.site, loaded.catalog)
+print(json.dumps({"peak_kb": peak_kb(), "before_kb": before,
+                  "cpu_s": time.process_time() - t0}))
+"""
+
+
+def peak_rss(path: Path) -> dict[str, float]:
+    """Peak RSS (KiB, Linux's unit for ru_maxrss) of load + check + power in a child of
+    its own, its RSS before loading, and its CPU seconds for the work."""
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], check=True,
+                         capture_output=True, text=True).stdout
+    result: dict[str, float] = json.loads(out.splitlines()[-1])
+    return result
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> float:
@@ -146,11 +191,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--sizes", default="1000,10000,50000,100000")
     ap.add_argument("--no-state", action="store_true", help="skip status / plan")
+    ap.add_argument("--no-rss", action="store_true", help="skip the peak RSS child")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: one site of 200 nodes, one round; asserts it completes")
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.repeat = "200", 1
     print("CPU seconds of this process, best of", args.repeat)
     print(f"{'nodes':>7} {'racks':>6} {'yaml KB':>8} {'parse s':>8} {'(no GC)':>8} "
           f"{'check s':>8} {'ratio':>6} {'(no GC)':>7} {'status s':>9} {'us/node':>8} "
-          f"{'plan s':>7} {'us/node':>8}")
+          f"{'plan s':>7} {'us/node':>8}"
+          + ("" if args.no_rss else f" {'peak MB':>8} {'RSS/yaml':>8} {'(above)':>8} "
+             f"{'child s':>8}"))
+    rows = 0
     with tempfile.TemporaryDirectory() as tmp:
         for n in (int(s) for s in args.sizes.split(",")):
             text = generate(n)
@@ -185,7 +238,14 @@ def main() -> None:
                 t_plan = best_of(args.repeat, lambda ld=loaded: report.plan(ld))
                 line += (f" {t_status:>9.2f} {t_status / nodes * 1e6:>8.0f}"
                          f" {t_plan:>7.2f} {t_plan / nodes * 1e6:>8.0f}")
+            if not args.no_rss:
+                rss = peak_rss(path)
+                peak, above = rss["peak_kb"] * 1024, (rss["peak_kb"] - rss["before_kb"]) * 1024
+                line += (f" {peak / 2**20:>8.0f} {peak / len(raw):>7.1f}x "
+                         f"{above / len(raw):>7.1f}x {rss['cpu_s']:>8.2f}")
             print(line, flush=True)
+            rows += 1
+    assert rows == len(args.sizes.split(",")), "every size printed its row"
 
 
 if __name__ == "__main__":

@@ -10,9 +10,12 @@ measured side by side in this one run:
 - time inside ansible-runner, and the tool's own time outside it, per node;
 - T(50)/T(1) (goal <= 3).
 
-    python bench/up_scale.py [--sizes 1,10,50] [--forks 50]
+    python bench/up_scale.py [--sizes 1,10,50] [--forks 50] [--smoke]
 
-Needs root (network namespaces) and the lab's packages (scripts/bootstrap.sh).
+--smoke: sizes 1 and 2 only, to see that the bench still runs end to end. At 50 hosts
+`lab up` raises fs.inotify.max_user_instances when the machine's is too low (as root;
+lab/limits.py) and says so. Needs root (network namespaces) and the lab's packages
+(scripts/bootstrap.sh). One lab at a time: run it under `flock /tmp/pv-lab.lock`.
 """
 
 from __future__ import annotations
@@ -29,11 +32,15 @@ from provisioner import lab as lab_mod
 from provisioner.inventory import load
 
 NODES_PER_CHASSIS = 4  # hci-2u4n
+# An admin key for the installed nodes (validate requires one); the lab logs in with its own.
+ADMIN_KEY = ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGf2mvZz4M6W7ePLkgoNZLE4yW8NMw4aSIDxQy2XY5Fc "
+             "admin@bench")
 
 
 def site_yaml(n: int) -> str:
     lines = [
-        "site: {name: upscale, lab_overlay: .provision/lab/overlay.yaml}",
+        "site: {name: upscale, lab_overlay: .provision/lab/overlay.yaml,",
+        f"       ssh: {{authorized_keys: ['{ADMIN_KEY}']}}}}",
         "credentials:",
         "  bmc: {username: admin, password: {env: UPSCALE_UNUSED_PASSWORD}}",
         "networks:",
@@ -62,7 +69,9 @@ def one(n: int, forks: int, workdir: Path) -> dict[str, float]:
     site.mkdir()
     (site / "site.yaml").write_text(site_yaml(n))
     loaded = load(site)
-    lab_mod.up(loaded, ssh_hosts=True, start_timeout_s=120)
+    state = lab_mod.up(loaded, ssh_hosts=True, start_timeout_s=120)
+    for note in state.notes:
+        print(f"lab (N={n}): {note}", flush=True)
     try:
         t0 = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "provisioner", "up", str(site), "--json",
@@ -84,8 +93,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1,10,50")
     ap.add_argument("--forks", type=int, default=50)
+    ap.add_argument("--smoke", action="store_true", help="sizes 1 and 2 only")
     args = ap.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [1, 2] if args.smoke else [int(s) for s in args.sizes.split(",")]
     rows = {}
     with tempfile.TemporaryDirectory(prefix="upscale-") as tmp:
         for n in sizes:

@@ -1,7 +1,8 @@
 """All terminal output: rich tables for people, stable JSON for CI.
 
 The core returns data; only this module decides how it looks. Errors go to stderr so that
-`--json` on stdout stays parseable.
+`--json` on stdout stays parseable. Everything it writes passes `errors.redact` on the way
+out: a credential that slipped into a message never reaches a terminal or a CI log.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from rich.console import Console as RichConsole
 from rich.markup import escape
@@ -22,10 +23,11 @@ from rich.table import Table
 from provisioner import results
 from provisioner.console_plain import PlainProgress, ticking
 from provisioner.console_state import PHASE_COLOR, StateViews
-from provisioner.errors import ProvisionerError
+from provisioner.errors import ProvisionerError, redact
 from provisioner.inventory.findings import Finding, Severity
 from provisioner.inventory.models import BlockType
 from provisioner.power import BudgetReport, RackBudget
+from provisioner.secrets import RedactingStream
 
 if TYPE_CHECKING:
     from provisioner.bmc.pool import NodeResult
@@ -41,14 +43,20 @@ class Console(StateViews):
         self.quiet = quiet
         # Pipes and CI logs get a wide fixed width instead of rich's 80 columns.
         width = None if sys.stdout.isatty() else 160
-        self.out = RichConsole(highlight=False, no_color=no_color, soft_wrap=True, width=width)
-        self.err = RichConsole(stderr=True, highlight=False, no_color=no_color, soft_wrap=True,
-                               width=width)
+        # Both write through RedactingStream (a TextIOBase: rich needs only write and flush).
+        self.out = RichConsole(file=cast(IO[str], RedactingStream(lambda: sys.stdout)),
+                               highlight=False, no_color=no_color, soft_wrap=True, width=width)
+        self.err = RichConsole(file=cast(IO[str], RedactingStream(lambda: sys.stderr)),
+                               highlight=False, no_color=no_color, soft_wrap=True, width=width)
+        # `up`'s plain progress lines of steps outside the nodes' table (a switch's fabric
+        # step), as a run's note would say them: up_result does not print them again
+        self._said: set[str] = set()
 
     # -------------------------------------------------------------- generic
 
     def emit_json(self, data: Mapping[str, Any]) -> None:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+        """One JSON document, redacted (the value classes of `redact` keep it JSON)."""
+        sys.stdout.write(redact(json.dumps(data, indent=2, sort_keys=False, default=str)) + "\n")
         sys.stdout.flush()
 
     def info(self, text: str) -> None:
@@ -66,13 +74,13 @@ class Console(StateViews):
             for f in findings:
                 self.err.print(self._finding_line(f))
         else:
-            self.err.print(f"[bold red]error:[/] {escape(str(exc))}")
+            self.err.print(f"[bold red]error:[/] {escape(redact(str(exc)))}")
 
     def _finding_line(self, f: Finding) -> str:
         color = "red" if f.severity is Severity.ERROR else "yellow"
         where = f"{escape(str(f.location))}: " if f.location else ""
-        hint = f" [dim](hint: {escape(f.hint)})[/]" if f.hint else ""
-        return f"{where}[{color}]{f.severity.value}[/]: {escape(f.message)}{hint}"
+        hint = f" [dim](hint: {escape(redact(f.hint))})[/]" if f.hint else ""
+        return f"{where}[{color}]{f.severity.value}[/]: {escape(redact(f.message))}{hint}"
 
     # -------------------------------------------------------------- validate
 
@@ -102,6 +110,7 @@ class Console(StateViews):
             feeds = "; ".join(
                 f"{f.name}: {f.phase}-phase {f.voltage_v:g} V/{f.breaker_a:g} A = "
                 f"{f.capacity_va:,.0f} VA, x{f.derating:g} = {f.usable_va:,.0f} VA usable"
+                + (f", on circuit {f.circuit}" if f.circuit else "")
                 for f in r.feeds)
             self.out.print(f"[bold]{r.name}[/] feeds: {feeds}")
             if r.redundancy == "2N":
@@ -114,6 +123,8 @@ class Console(StateViews):
                                " has no vendor source; see the catalog")
         self.out.print("[dim]Heat = W x 3.412 BTU/h; airflow = W x 3.412 / (1.085 x dT F), "
                        "dT per rack (default 20 F). Load VA = W / power factor.[/]")
+        if report.circuits:
+            self.power_circuits(report)
 
     @staticmethod
     def _status(r: RackBudget) -> str:
@@ -220,9 +231,14 @@ class Console(StateViews):
             proto = "redfish" if "system_id" in ep else "ipmi"
             eps.add_row(node, f"{proto} {ep['address']}:{ep['port']}")
         self.out.print(eps)
-        if state.ssh_hosts:
-            self.out.print("SSH test hosts: " + ", ".join(
-                f"{h.name} {h.address}" for h in state.ssh_hosts))
+        dead = set(state.dead())
+        for kind, group in (("SSH test hosts", state.ssh_hosts),
+                            ("execution nodes", state.execution_hosts)):
+            if group:
+                what = "ssh host" if group is state.ssh_hosts else "execution node"
+                self.out.print(f"{kind}: " + ", ".join(
+                    f"{h.name} {h.address}" + (" [red]dead[/]" if f"{what} {h.name}" in dead
+                                               else "") for h in group))
         if state.mirror:
             m = state.mirror
             self.out.print(f"signed apt mirror: {m['url']} ({m['real_debs']} Debian "
@@ -289,7 +305,7 @@ class Console(StateViews):
         lock = threading.Lock()
         if json_events:
             def as_json(p: UpProgress) -> None:
-                line = json.dumps(results.dump(results.up_event(p)))
+                line = redact(json.dumps(results.dump(results.up_event(p))))
                 with lock:
                     sys.stdout.write(line + "\n")
                     sys.stdout.flush()
@@ -301,8 +317,15 @@ class Console(StateViews):
         if not (self.err.is_terminal if live is None else live):
             plain, stop = PlainProgress(self.err), threading.Event()
             timer = ticking(plain, stop)
+
+            def say(p: UpProgress) -> None:
+                plain(p)
+                if p.node is not None and p.node not in nodes and p.detail \
+                        and p.status in ("ok", "failed"):
+                    self._said.add(f"{p.step}: {p.node} {p.detail}")  # the step's own note
+
             try:
-                yield plain
+                yield say
             finally:
                 stop.set()
                 timer.join()
@@ -352,7 +375,8 @@ class Console(StateViews):
                           ", ".join(n.steps) or "-", escape(n.reason or ""))
         self.out.print(table)
         for note in result.notes:
-            self.out.print(f"note: {escape(note)}")
+            if note not in self._said:  # a switch's step line said it in full already
+                self.out.print(f"note: {escape(note)}")
         ready = sum(n.phase.value == "ready" for n in result.nodes)
         self.out.print(f"{ready} of {len(result.nodes)} ready, {len(result.failed)} failed"
                        + (", interrupted: run `provision up` again to resume"

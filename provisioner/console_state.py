@@ -1,8 +1,10 @@
-"""Terminal views of the state store: `provision plan` and `provision status` (a part of
-console.Console, kept apart to keep each module short)."""
+"""Terminal views of the state store: `provision plan` and `provision status`, and the
+shared circuits of `provision power` (a part of console.Console, kept apart to keep each
+module short)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console as RichConsole
@@ -10,9 +12,18 @@ from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from provisioner.workflows.report import PlanReport, StatusReport
+    from provisioner.power import BudgetReport
+    from provisioner.workflows.report import ExecutionAttempt, PlanReport, StatusReport
 
 PHASE_COLOR = {"ready": "green", "failed": "red", "maintenance": "magenta"}
+
+
+def ran_on(attempts: Sequence[ExecutionAttempt]) -> str:
+    """Which execution node ran which step: `configure ex1 (lost), ex2; verify ex2`."""
+    steps: dict[str, list[str]] = {}
+    for a in attempts:
+        steps.setdefault(a.step, []).append(a.worker + (" (lost)" if a.lost else ""))
+    return "; ".join(f"{step} {', '.join(workers)}" for step, workers in steps.items()) or "-"
 
 
 class StateViews:
@@ -39,14 +50,17 @@ class StateViews:
                            "`provision plan` shows what `provision up` would do")
         else:
             table = Table(title=f"provision status: site {report.site}", title_justify="left")
-            for col in ("node", "rack", "phase", "since", "reason"):
+            remote = any(n.execution for n in report.nodes)
+            for col in ("node", "rack", "phase", "since", "reason",
+                        *(["execution nodes"] if remote else [])):
                 table.add_column(col)
             for n in report.nodes:
                 color = PHASE_COLOR.get(n.phase, "yellow")
                 phase = n.phase + (f" ({n.failed_phase})" if n.failed_phase else "")
                 table.add_row(n.hostname + ("" if n.in_inventory else " (not in inventory)"),
                               n.rack or "-", f"[{color}]{phase}[/]", n.updated_at,
-                              escape(n.reason or ""))
+                              escape(n.reason or ""),
+                              *([escape(ran_on(n.execution))] if remote else []))
             self.out.print(table)
         power_t = Table(title="rack power in use (nameplate of what is on)",
                         title_justify="left")
@@ -66,3 +80,22 @@ class StateViews:
                            f"{escape(b.path)} ({b.kept} kept in {escape(b.directory)})")
         else:
             self.out.print("state backup: none yet (one is taken before every run)")
+
+    def power_circuits(self, report: BudgetReport) -> None:
+        """One line per shared upstream circuit: what every rack on it may draw at worst."""
+        table = Table(title="Upstream circuits (worst case: every rack on one carried whole)",
+                      title_justify="left")
+        for col, just in (("circuit", "left"), ("rating", "left"), ("usable VA", "right"),
+                          ("load VA", "right"), ("util", "right"), ("racks (feeds)", "left"),
+                          ("status", "left")):
+            table.add_column(col, justify=just)  # type: ignore[arg-type]
+        for c in report.circuits:
+            table.add_row(
+                c.name, f"{c.phase}-phase {c.voltage_v:g} V/{c.breaker_a:g} A x{c.derating:g}",
+                f"{c.usable_va:,.0f}", f"{c.load_va:,.0f}", f"{c.utilization:.0%}",
+                ", ".join(f"{ld.rack} ({'+'.join(ld.feeds)})" for ld in c.loads) or "-",
+                "[green]ok[/]" if c.ok else "[red]OVER[/]")
+        self.out.print(table)
+        for c in report.circuits:
+            for f in c.failures:
+                self.out.print(f"  [red]over budget[/] (circuit): {escape(f.message)}")

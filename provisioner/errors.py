@@ -6,8 +6,50 @@ Messages must never contain secrets: callers pass names and references, not valu
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
 from typing import Any
+
+# The last line of defence: whatever a message was built from, these never leave the tool.
+# A login in a URL or an address (scheme://user:password@host, user:password@host,
+# scheme://token@host) keeps its host; a key=value or "key": "value" pair whose key names a
+# secret keeps its key. The value classes stop at quotes and backslashes, so a redacted JSON
+# document is still JSON. Each match starts where a token starts (the lookbehinds) and a
+# login is at most 256 characters a side, so a long line costs linear time.
+_URL_LOGIN_RE = re.compile(
+    r"(?P<scheme>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://)[^\s/@\"'\\]+@")
+_ADDRESS_LOGIN_RE = re.compile(
+    r"(?<![^\s/@\"'\\:=(\[<,;])[^\s/@\"'\\:=(\[<,;]{1,256}"
+    r":[^\s/@\"'\\]{1,256}@(?=[\w\[])")
+_SECRET_PAIR_RE = re.compile(
+    r"(?P<key>(?<![A-Za-z0-9_-])(?:[A-Za-z0-9_-]*[_-])?"
+    r"(?:password|passwd|passphrase|pass|pwd|secret|token|api[_-]?key|access[_-]?key"
+    r"|private[_-]?key|auth|authorization)\b\\?[\"']?\s*(?:=|:(?!//))\s*)"
+    r"(?:(?P<quote>\\?[\"'])(?P<quoted>(?:(?!(?P=quote))(?:[^\\\n]|\\.))*)"
+    r"|(?P<value>(?:(?:bearer|basic)\s+)?[^\s\"'\\,;&{}\[\]]+))", re.IGNORECASE)
+_SECRET_FLAG_RE = re.compile(
+    r"(?P<flag>--(?:password|passwd|token|secret|api-key)[= ])(?P<value>[^\s\"'\\]+)",
+    re.IGNORECASE)
+REDACTED = "***"
+
+
+def redact(text: str) -> str:
+    """`text` without credentials: URL and address logins, secret-named key=value pairs and
+    --password-style options. Applied where messages leave the tool (terminal, JSON, the
+    state store, --debug logs), whatever built them."""
+    if not text:
+        return text
+    text = _URL_LOGIN_RE.sub(rf"\g<scheme>{REDACTED}@", text)
+    text = _ADDRESS_LOGIN_RE.sub(f"{REDACTED}@", text)
+    text = _SECRET_FLAG_RE.sub(rf"\g<flag>{REDACTED}", text)
+    return _SECRET_PAIR_RE.sub(_pair, text)
+
+
+def _pair(m: re.Match[str]) -> str:
+    """One secret-named pair, its value redacted ("..." and "***" are placeholders, kept)."""
+    value = m["quoted"] if m["quote"] else m["value"]
+    kept = value if value.strip(".") == "" or value == REDACTED else REDACTED
+    return m["key"] + (f"{m['quote']}{kept}" if m["quote"] else kept)
 
 
 class ExitCode(IntEnum):
@@ -37,6 +79,7 @@ class ProvisionerError(Exception):
     exit_code: ExitCode = ExitCode.INTERNAL
 
     def __init__(self, message: str, *, hint: str | None = None, **context: Any) -> None:
+        message, hint = redact(message), (redact(hint) if hint else hint)
         super().__init__(message)
         self.message = message
         self.hint = hint
@@ -100,7 +143,8 @@ class FabricError(ProvisionerError):
 
 
 class UpgradeRefused(ProvisionerError):
-    """`upgrade plan` found a rule the bundle breaks (DOMAIN.md §3-§4); carries them."""
+    """`upgrade plan` found a rule the bundle breaks (CUDA release notes, Fabric Manager user
+    guide, Kubernetes version-skew policy: upgrade/plan.py names them); carries them."""
 
     exit_code = ExitCode.UPGRADE_REFUSED
 

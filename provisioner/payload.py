@@ -4,7 +4,7 @@ The one source of truth for package names. `render` writes these lists into each
 variables (the roles install exactly them) and `render --artifacts` lists the same lists
 for an offline mirror; no role computes a package name of its own. Pure: no I/O.
 
-Sources (shared/reference/DOMAIN.md §3 and the pages named at each rule):
+Sources (and the pages named at each rule):
 - NVIDIA driver installation guide, "Recent updates" (Ubuntu 590 package renames): from
   branch 590 the Ubuntu packages of NVIDIA's CUDA repository drop the branch from their
   names (nvidia-open, cuda-drivers, ...); a branch or version is chosen with the
@@ -109,7 +109,8 @@ class Payload:
 def cuda_major_for(sw: Software, block: BlockType | None = None) -> int:
     """CUDA major for DCGM's package: the pinned CUDA's, else the newest the driver runs and
     the block's GPUs can: CUDA 13 drops Maxwell, Pascal and Volta (CUDA 13.0 release notes,
-    DOMAIN.md §3), so a V100 node takes DCGM's CUDA 12 build whatever the driver.
+    docs.nvidia.com/cuda/cuda-toolkit-release-notes/), so a V100 node takes DCGM's CUDA 12
+    build whatever the driver.
 
     Driver 580 is the first of CUDA 13 and 525 the first of CUDA 12 (CUDA release notes,
     Table 3, in compat.py)."""

@@ -1,9 +1,12 @@
 """Rack space, power and cooling budgets: pure arithmetic, no I/O.
 
-Formulas and constants (shared/reference/DOMAIN.md §1.3):
+Formulas and constants (each with its source; NEC = NFPA 70, the National Electrical Code):
 - single phase VA = V x A; three phase VA = sqrt(3) x V(line-to-line) x A;
 - usable = VA x derating (NEC 210.20(A) continuous load: 80 %);
 - A+B (2N): each feed must carry the whole rack alone, so usable = one feed's, never the sum;
+- a shared upstream circuit (breaker, busway) carries, in the worst case, the whole load of
+  every rack with a feed on it (each 2N partner lost at once: a whole B side down), summed;
+  a rack with both feeds on one circuit counts once (it never draws more than its load);
 - heat BTU/h = W x 3.412;
 - airflow CFM = 3,412 x kW / (1.085 x dT_F) ~= 3.145 x W / dT_F (sensible-heat factor 1.085,
   insidehpc.com / Dell). NVIDIA's own figures fit it: DGX H100 10.2 kW at 1,105 CFM gives
@@ -13,11 +16,11 @@ Formulas and constants (shared/reference/DOMAIN.md §1.3):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from provisioner.inventory.models import BlockType, Feed, Placement, Rack, Site
+from provisioner.inventory.models import BlockType, Circuit, Feed, Placement, Rack, Site
 
 Basis = Literal["nameplate", "typical"]
 
@@ -26,14 +29,14 @@ SENSIBLE_HEAT_FACTOR = 1.085
 CFM_PER_W_PER_F = BTU_PER_W / SENSIBLE_HEAT_FACTOR  # ~3.1447
 
 
-def feed_capacity_va(feed: Feed) -> float:
-    """Nameplate capacity of one feed in VA."""
+def feed_capacity_va(feed: Feed | Circuit) -> float:
+    """Nameplate capacity of one feed (or upstream circuit) in VA."""
     factor = math.sqrt(3) if feed.phase == "three" else 1.0
     return factor * feed.voltage_v * feed.breaker_a
 
 
-def feed_usable_va(feed: Feed) -> float:
-    """What the feed may carry continuously (derated)."""
+def feed_usable_va(feed: Feed | Circuit) -> float:
+    """What the feed (or upstream circuit) may carry continuously (derated)."""
     return feed_capacity_va(feed) * feed.derating
 
 
@@ -62,6 +65,7 @@ class FeedBudget:
     load_va: float  # what this feed must carry (the whole rack on either side of a 2N pair)
     utilization: float
     ok: bool
+    circuit: str | None = None  # the upstream circuit it hangs off, if declared
 
 
 @dataclass(frozen=True)
@@ -104,14 +108,47 @@ class RackBudget:
 
 
 @dataclass(frozen=True)
+class CircuitLoad:
+    """What one rack puts on a circuit in the worst case, and through which of its feeds."""
+
+    rack: str
+    feeds: tuple[str, ...]
+    load_va: float
+
+
+@dataclass(frozen=True)
+class CircuitBudget:
+    name: str
+    phase: str
+    voltage_v: float
+    breaker_a: float
+    derating: float
+    capacity_va: float
+    usable_va: float
+    load_va: float  # worst case: the sum of loads[].load_va
+    utilization: float
+    loads: tuple[CircuitLoad, ...]
+    failures: tuple[BudgetFailure, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def racks(self) -> tuple[str, ...]:
+        return tuple(ld.rack for ld in self.loads)
+
+
+@dataclass(frozen=True)
 class BudgetReport:
     site: str
     basis: Basis
     racks: tuple[RackBudget, ...]
+    circuits: tuple[CircuitBudget, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.racks)
+        return all(r.ok for r in self.racks) and all(c.ok for c in self.circuits)
 
     @property
     def total_load_w(self) -> float:
@@ -145,7 +182,7 @@ def rack_budget(rack: Rack, placements: Iterable[Placement],
             name=f.name, phase=f.phase, voltage_v=f.voltage_v, breaker_a=f.breaker_a,
             derating=f.derating, capacity_va=feed_capacity_va(f), usable_va=feed_usable_va(f),
             load_va=load_va, utilization=load_va / feed_usable_va(f),
-            ok=load_va <= feed_usable_va(f),
+            ok=load_va <= feed_usable_va(f), circuit=f.circuit,
         )
         for f in rack.feeds
     )
@@ -198,4 +235,47 @@ def budget(site: Site, catalog: Mapping[str, BlockType],
         if p.rack in by_rack:
             by_rack[p.rack].append(p)
     racks = tuple(rack_budget(r, by_rack[r.name], catalog, basis) for r in site.racks)
-    return BudgetReport(site=site.site.name, basis=basis, racks=racks)
+    return BudgetReport(site=site.site.name, basis=basis, racks=racks,
+                        circuits=circuit_budgets(site.circuits, racks))
+
+
+def circuit_budgets(circuits: Iterable[Circuit],
+                    racks: Sequence[RackBudget]) -> tuple[CircuitBudget, ...]:
+    """Per declared circuit, the worst-case load of the rack feeds on it against its derated
+    capacity. A feed naming an undeclared circuit is skipped (checks report it); a circuit
+    declared twice is budgeted once, the first (checks report the second)."""
+    on: dict[str, dict[str, list[FeedBudget]]] = {}  # circuit -> rack -> its feeds there
+    two_n = {rb.name for rb in racks if rb.redundancy == "2N"}
+    for rb in racks:
+        for fb in rb.feeds:
+            if fb.circuit is not None:
+                on.setdefault(fb.circuit, {}).setdefault(rb.name, []).append(fb)
+    out: list[CircuitBudget] = []
+    seen: set[str] = set()
+    for c in circuits:
+        if c.name in seen:
+            continue
+        seen.add(c.name)
+        # every feed of a rack carries the whole rack (FeedBudget.load_va): with both of a
+        # 2N pair on this circuit the rack still draws its load once, not twice
+        loads = tuple(CircuitLoad(rack, tuple(f.name for f in fbs), max(f.load_va for f in fbs))
+                      for rack, fbs in on.get(c.name, {}).items())
+        usable = feed_usable_va(c)
+        load = sum(ld.load_va for ld in loads)
+        failures: tuple[BudgetFailure, ...] = ()
+        if load > usable:
+            parts = " + ".join(f"{ld.rack} (feed {'+'.join(ld.feeds)}) {ld.load_va:,.0f} VA"
+                               for ld in loads)
+            failures = (BudgetFailure(
+                "power", f"circuit {c.name}", load - usable, "VA",
+                f"circuit {c.name}: worst-case load {parts} = {load:,.0f} VA is "
+                f"{load / usable:.0%} of its usable {usable:,.0f} VA ({c.phase}-phase "
+                f"{c.voltage_v:g} V/{c.breaker_a:g} A x{c.derating:g}), over by "
+                f"{load - usable:,.0f} VA"
+                + (" (a 2N feed counts its whole rack: it carries it when its partner fails)"
+                   if two_n & {ld.rack for ld in loads} else "")),)
+        out.append(CircuitBudget(
+            name=c.name, phase=c.phase, voltage_v=c.voltage_v, breaker_a=c.breaker_a,
+            derating=c.derating, capacity_va=feed_capacity_va(c), usable_va=usable,
+            load_va=load, utilization=load / usable, loads=loads, failures=failures))
+    return tuple(out)

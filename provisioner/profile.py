@@ -75,7 +75,7 @@ def for_site(loaded: LoadedSite, *, lab: bool | None = None) -> Profile:
     for this site (its overlay is applied); real otherwise. The lab's state is a separate,
     throwaway store that goes with `provision lab down`."""
     in_lab = bool(loaded.lab_hosts) if lab is None else lab
-    base = loaded.base_dir.resolve() / statedir.NAME
+    base = statedir.location(loaded.base_dir.resolve())
     return Profile(lab=in_lab,
                    state_path=base / "lab" / "state.db" if in_lab else base / "state.db",
                    os_timeout_s=(LAB_OS_TIMEOUT_S if in_lab

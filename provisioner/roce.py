@@ -1,15 +1,17 @@
 """The RoCE QoS contract as pure functions: one RocePolicy that host vars and switch renderers
 both read, so the two ends of a link cannot disagree by construction.
 
-Sources (shared/reference/DOMAIN.md section 2):
+Sources:
 - NVIDIA Cumulus Linux 5.x "RDMA over Converged Ethernet - RoCE" (docs.nvidia.com/
   networking-ethernet-software/cumulus-linux-514/.../RDMA-over-Converged-Ethernet-RoCE):
   `nv set qos roce` = mode lossless; trust dscp; SP3->TC3 (RoCE), SP6->TC6 (CNP), others->TC0;
   ETS TC6 strict, TC3 WRR 50 %, TC0 WRR 50 %; ECN on TC3 absolute 150 KB min / 1,500 KB max;
   PFC on SP3 only in lossless mode; LLDP App TLV UDP 4791 priority 3.
-- NVIDIA Onyx "RoCE Commands" (`roce lossless`, `show roce`): the same figures.
-- SONiC community config_db (DOMAIN.md section 2, [S]): PORT_QOS_MAP pfc_enable "3,4", i.e.
-  two lossless queues; Dell Enterprise SONiC `sonic_roce` pfc_priority "3,4".
+- NVIDIA Onyx "RoCE Commands" (docs.nvidia.com/networking/display/Onyxv31040100/RoCE+Commands:
+  `roce lossless`, `show roce`): the same figures.
+- SONiC community config_db defaults (sonic-net/SONiC doc "Configuration.md", PORT_QOS_MAP):
+  pfc_enable "3,4", i.e. two lossless queues; Dell Enterprise SONiC Ansible module
+  dellemc.enterprise_sonic.sonic_roce (docs.ansible.com): pfc_priority "3,4".
 - Host: `mlnx_qos --trust dscp --pfc 0,0,0,1,0,0,0,0`; RDMA-CM ToS = (DSCP << 2) | ECT(0).
 """
 
@@ -24,7 +26,7 @@ Nos = Literal["cumulus", "onyx", "sonic", "eos", "cisco_ios"]
 
 ECT0 = 2  # ECN-capable transport (0) codepoint, RFC 3168
 ROCE_V2_UDP_PORT = 4791  # IANA; the LLDP Application TLV carries it with the RoCE priority
-ECN_MIN_BYTES = 150_000  # Cumulus/Onyx lossless default, TC3 (DOMAIN.md section 2)
+ECN_MIN_BYTES = 150_000  # Cumulus/Onyx lossless default, TC3 (the RoCE pages above)
 ECN_MAX_BYTES = 1_500_000
 ECN_MARK_PROBABILITY_PCT = 100
 ROCE_ETS_WEIGHT_PCT = 50  # TC3 WRR 50 %, TC0 WRR 50 %, CNP strict

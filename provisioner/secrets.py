@@ -1,20 +1,23 @@
 """Secrets: resolved from references at run time, held in a type that will not print itself.
 
 A `Secret` never shows its value in repr/str/format, cannot be pickled, and the only way to
-read it is `reveal()`, called at the edge that hands it to a protocol library.
+read it is `reveal()`, called at the edge that hands it to a protocol library. What leaks
+past that anyway is caught on the way out: `errors.redact` on every message, and
+`RedactingStream` under the console.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import NoReturn
+from typing import IO, NoReturn
 
-from provisioner.errors import SecretError
+from provisioner.errors import SecretError, redact
 from provisioner.inventory.models import SecretRef
 
 VAULT_PASSWORD_FILE_ENV = "PROVISION_VAULT_PASSWORD_FILE"  # noqa: S105 - a variable name
@@ -133,3 +136,29 @@ def write_private(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+class RedactingStream(io.TextIOBase):
+    """A text stream that redacts what it writes, to the current sys.stdout or sys.stderr
+    (looked up on each write, as rich does, so a replaced stream is followed)."""
+
+    def __init__(self, stream: Callable[[], IO[str]]) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream().write(redact(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream().flush()
+
+    def isatty(self) -> bool:
+        return self._stream().isatty()
+
+    def fileno(self) -> int:
+        return self._stream().fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._stream(), "encoding", None) or "utf-8"

@@ -24,16 +24,17 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from provisioner import state_backup, state_lease
-from provisioner.errors import StateError
+from provisioner import state_backup, state_errors, state_lease
+from provisioner.errors import StateError, redact
 from provisioner.lifecycle import LIFECYCLE, Phase, allowed, next_phase
 from provisioner.state_backup import KEEP_BACKUPS, Backup, backup_dir, backups
 from provisioner.state_schema import MIGRATIONS, SCHEMA_VERSION, statements
 from provisioner.statedir import ensure_parent
 
 __all__ = ["KEEP_BACKUPS", "LIFECYCLE", "SCHEMA_VERSION", "Backup", "Event", "NodeState",
-           "Phase", "StateStore", "backup_dir", "backups", "next_phase"]
+           "Phase", "StateStore", "backup_dir", "backups", "next_phase", "open_read_only"]
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,23 @@ class Event:
 
 
 class StateStore:
-    """One site's state database. Safe for several threads (one connection per call)."""
+    """One site's state database. Safe for several threads (one connection per call).
 
-    def __init__(self, path: Path) -> None:
+    `read_only`: for commands that only look (status, plan, report): the file is opened
+    with SQLite's mode=ro and nothing is created, migrated or written, so a store on
+    read-only media still reads; every SQLite failure is a StateError saying what it means
+    (state_errors.py), never SQLite's own words alone."""
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
+        self.read_only = read_only
+        self._uri = f"file:{quote(str(path))}?mode=ro"
         try:
+            if read_only:
+                self._open_read_only()
+                return
+            if _empty(path) and (kept := backups(path)):
+                raise state_errors.gone(path, kept[0].path)  # never start a new one over it
             ensure_parent(path)  # .provision/: 0700, with a .gitignore of '*'
             if not path.exists():
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
@@ -72,9 +85,31 @@ class StateStore:
                 # the WAL on a clean close): gone is fine
                 with contextlib.suppress(FileNotFoundError):
                     Path(str(path) + suffix).chmod(0o600)
+        except (OSError, sqlite3.Error) as exc:
+            raise state_errors.translate(exc, path) from exc
+
+    def _open_read_only(self) -> None:
+        """mode=ro; on read-only media, where SQLite cannot make the WAL index beside a
+        WAL database, immutable=1 when no WAL content is left (nobody can write there)."""
+        wal = Path(f"{self.path}-wal")
+        wal_b = wal.stat().st_size if wal.exists() else 0
+        media_ro = state_errors.read_only_media(self.path)
+        if media_ro and wal_b == 0:
+            self._uri = state_backup.immutable_uri(self.path)
+        try:
+            with self._sqlite() as db:
+                current = db.execute("PRAGMA user_version").fetchone()[0]
         except sqlite3.Error as exc:
-            raise StateError(f"state store {path}: {exc}",
-                             hint="check the file; restore it from a backup if damaged") from None
+            if not (media_ro and wal_b):
+                raise
+            raise StateError(f"state store {self.path}: its last changes are still in {wal} "
+                             "(it was not closed cleanly), and on read-only media SQLite "
+                             "cannot read them", hint="remount it read-write once (opening "
+                             "the store there merges them), or copy the whole directory to "
+                             "writable media") from exc
+        if current > SCHEMA_VERSION:
+            raise StateError(f"state store {self.path} has schema {current}, newer than "
+                             f"this tool's {SCHEMA_VERSION}", hint="upgrade provisioner")
 
     def _open_once(self) -> None:
         """WAL mode and the schema. Switching the journal mode needs the database alone, and
@@ -82,7 +117,7 @@ class StateStore:
         the same new store holds it: retried briefly (processes opening a store at once)."""
         for attempt in range(100):
             try:
-                with self._connect() as db:
+                with self._sqlite() as db:
                     db.execute("PRAGMA journal_mode=WAL")
                     self._migrate(db)
                 return
@@ -92,14 +127,28 @@ class StateStore:
                 time.sleep(0.02 * (1 + attempt % 10))
 
     @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+    def _sqlite(self) -> Iterator[sqlite3.Connection]:
+        if self.read_only:
+            db = sqlite3.connect(self._uri, uri=True, timeout=30, isolation_level=None)
+        else:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         try:
             db.execute("PRAGMA foreign_keys=ON")
-            db.execute("PRAGMA synchronous=FULL")
+            if not self.read_only:
+                db.execute("PRAGMA synchronous=FULL")
             yield db
         finally:
             db.close()
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """A connection whose SQLite failures, the caller's queries included, come out as
+        the StateError that says what they mean (a damaged page, a full disk)."""
+        try:
+            with self._sqlite() as db:
+                yield db
+        except sqlite3.Error as exc:
+            raise state_errors.translate(exc, self.path) from exc
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -108,7 +157,7 @@ class StateStore:
             try:
                 yield db
             except BaseException:
-                db.execute("ROLLBACK")
+                _rollback(db)
                 raise
             db.execute("COMMIT")
 
@@ -129,7 +178,7 @@ class StateStore:
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version = {version}")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
         db.execute("COMMIT")
 
@@ -141,8 +190,14 @@ class StateStore:
     # -------------------------------------------------------- runs
 
     def backup(self, keep: int = KEEP_BACKUPS) -> Path:
-        """A consistent copy of the whole store before a run (state_backup.take)."""
-        return state_backup.take(self._connect, self.path, keep)
+        """A consistent, checked copy of the whole store before a run (state_backup.take);
+        a failed one leaves nothing behind and no run starts."""
+        try:
+            return state_backup.take(self._sqlite, self.path, keep)
+        except (OSError, sqlite3.Error) as exc:
+            raise state_errors.translate(
+                exc, self.path, f"cannot back up the state store {self.path} (no run starts "
+                "without a backup)") from exc
 
     def start_run(self, command: str, *, backup: bool = True) -> int:
         """Record a run as started; first back the store up (see `backup`)."""
@@ -188,7 +243,11 @@ class StateStore:
         """Hold the site's lock for a run that changes nodes: a second `up` on the same site
         is refused instead of racing the first for its nodes."""
         lock_path = Path(str(self.path) + ".lock")
-        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+        what = f"cannot take the site lock {lock_path}"
+        try:
+            fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError as exc:
+            raise state_errors.translate(exc, self.path, what) from exc
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -197,8 +256,11 @@ class StateStore:
                 raise StateError(f"another run (pid {holder}) holds {lock_path}",
                                  hint="wait for it to finish; `provision status` shows it"
                                  ) from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+            except OSError as exc:  # a full disk: not even the holder's pid fits
+                raise state_errors.translate(exc, self.path, what) from exc
             yield
         finally:
             os.close(fd)  # releases the lock; the kernel also releases it if we are killed
@@ -259,12 +321,13 @@ class StateStore:
             now = time.time()
             db.execute("UPDATE nodes SET phase = ?, failed_phase = ?, reason = ?, updated_at = ?"
                        " WHERE hostname = ?",
-                       (to.value, failed_phase, reason, now, hostname))
+                       (to.value, failed_phase, redact(reason or "") or None, now, hostname))
             db.execute("INSERT INTO events (run_id, at, hostname, kind, from_phase, to_phase,"
                        " detail) VALUES (?, ?, ?, 'transition', ?, ?, ?)",
                        (run_id, now, hostname, current.value, to.value,
-                        json.dumps({**(detail or {}), **({"reason": reason} if reason else {})},
-                                   sort_keys=True)))
+                        redact(json.dumps({**(detail or {}),
+                                           **({"reason": reason} if reason else {})},
+                                          sort_keys=True))))
         return self.node(hostname)
 
     def adopt(self, ident: str, hostname: str, *, run_id: int | None = None,
@@ -296,7 +359,8 @@ class StateStore:
         with self._tx() as db:
             db.execute("INSERT INTO events (run_id, at, hostname, kind, detail) "
                        "VALUES (?, ?, ?, ?, ?)",
-                       (run_id, time.time(), hostname, kind, json.dumps(detail, sort_keys=True)))
+                       (run_id, time.time(), hostname, kind,
+                        redact(json.dumps(detail, sort_keys=True))))
 
     def node(self, hostname: str) -> NodeState:
         with self._connect() as db:
@@ -312,13 +376,13 @@ class StateStore:
                               "FROM nodes ORDER BY hostname").fetchall()
         return [_node(r) for r in rows]
 
-    def events(self, hostname: str | None = None) -> list[Event]:
+    def events(self, hostname: str | None = None, kind: str | None = None) -> list[Event]:
         query = ("SELECT id, run_id, at, hostname, kind, from_phase, to_phase, detail "
                  "FROM events")
-        args: tuple[Any, ...] = ()
-        if hostname is not None:
-            query += " WHERE hostname = ?"
-            args = (hostname,)
+        where = [(c, v) for c, v in (("hostname", hostname), ("kind", kind)) if v is not None]
+        args: tuple[Any, ...] = tuple(v for _, v in where)
+        if where:
+            query += " WHERE " + " AND ".join(f"{c} = ?" for c, _ in where)
         with self._connect() as db:
             rows = db.execute(query + " ORDER BY id", args).fetchall()
         return [Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7] or "{}"))
@@ -340,6 +404,32 @@ class StateStore:
                     problems.append(f"{host}: phase {phase} but last event says "
                                     f"{last[0] if last else None}")
         return problems
+
+
+def open_read_only(path: Path) -> StateStore | None:
+    """The store at `path` for a command that only reads it; None when there is none yet,
+    and a StateError when it is gone but its backups are there (deleted, not never made)."""
+    if _empty(path):
+        if kept := backups(path):
+            raise state_errors.gone(path, kept[0].path)
+        return None
+    return StateStore(path, read_only=True)
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Undo the open transaction, when SQLite has not already (it rolls back by itself on
+    a full disk): a second error here would hide the first, the one that says why."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+
+
+def _empty(path: Path) -> bool:
+    """No store: no file, or the empty file a first open that failed may leave."""
+    try:
+        return path.stat().st_size == 0
+    except FileNotFoundError:
+        return True
 
 
 def _node(row: Sequence[Any]) -> NodeState:

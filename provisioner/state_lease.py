@@ -94,7 +94,7 @@ def hold(tx: Tx, command: str, *, stale_after_s: float, heartbeat_s: float,
 
     def beat() -> None:
         while not done.wait(heartbeat_s):
-            with contextlib.suppress(sqlite3.Error), tx() as db:
+            with contextlib.suppress(StateError, sqlite3.Error), tx() as db:
                 cur = db.execute("UPDATE lease SET heartbeat_at = ? WHERE id = 1 AND "
                                  "host = ? AND pid = ? AND holder = ?",
                                  (time.time(), me, pid, ident))

@@ -1,12 +1,18 @@
 """The site's working directory, .provision/ beside the inventory: state, rendered files,
 the lab. Owner-only (0700), and it carries its own .gitignore so that a site kept in git
-never commits generated state (which may hold lab passwords and host keys)."""
+never commits generated state (which may hold lab passwords and host keys).
+
+Every path under it is built here (`location`, `state_dir`): for the embedded example of
+an installed provisioner the directory is in the current one instead, never inside the
+read-only package (resources.writable_base)."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
+from provisioner import resources
 from provisioner.errors import StateError
 
 NAME = ".provision"
@@ -19,17 +25,42 @@ def ensure_private_dir(path: Path) -> Path:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(path, 0o700)
         ignore = path / ".gitignore"
-        if not ignore.exists():
-            ignore.write_text(GITIGNORE)
+        if not ignore.exists() or ignore.stat().st_size == 0:
+            _write_whole(ignore, GITIGNORE)
     except OSError as exc:
         raise StateError(f"cannot prepare {path}: {exc.strerror}",
-                         hint="use a site directory you can write to (or pass --out)") from None
+                         hint=_HINTS.get(exc.errno or 0, "use a site directory you can "
+                                         "write to (or pass --out)")) from None
     return path
 
 
+_HINTS = {errno.ENOSPC: "the disk is full: free space there",
+          errno.EDQUOT: "the disk quota is used up: free space there",
+          errno.EROFS: "the file system is mounted read-only: remount it read-write, or "
+          "use a site directory on writable media (or pass --out)"}
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write `path` all at once (a temporary file renamed over it): a full disk leaves
+    the old file or none, never an empty one that would later be taken as written."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def location(base_dir: Path) -> Path:
+    """Where the .provision/ of the site in `base_dir` is, not created: beside the site, or
+    in the current directory when the site is the embedded example inside the package."""
+    return resources.writable_base(base_dir) / NAME
+
+
 def state_dir(base_dir: Path) -> Path:
-    """`base_dir`/.provision, created private with its .gitignore."""
-    return ensure_private_dir(base_dir / NAME)
+    """The site's .provision/ (`location`), created private with its .gitignore."""
+    return ensure_private_dir(location(base_dir))
 
 
 def ensure_parent(path: Path) -> None:

@@ -99,6 +99,10 @@ class HardwareFacts:
     power_state: PowerState = PowerState.UNKNOWN
     # NVSwitches the chassis links to; None: the BMC does not say (most do not).
     nvswitch_count: int | None = None
+    # The NIC the node network-boots from, as the BMC says (redfish_map.management_nic);
+    # None when it does not, and mgmt_mac_how says how it said so, or why not.
+    mgmt_mac: str | None = None
+    mgmt_mac_how: str | None = None
 
     @property
     def gpu_count(self) -> int:

@@ -1,7 +1,9 @@
 """Vendor quirks as data: one table, keyed by vendor (and model/firmware where needed).
 
 Drivers read `quirks_for(vendor, model, firmware)`; they never branch on a vendor name.
-Every row names its evidence (shared/reference/DOMAIN.md §5 and TEST-PEERS.md).
+Every row names its evidence: the vendor's or the client project's issue or pull request
+(DMTF/Redfishtool, community.general, bmc-toolbox/bmclib, lenovo/python-redfish-lenovo,
+stmcginnis/gofish), or the emulator's own behaviour as observed.
 """
 
 from __future__ import annotations
@@ -101,8 +103,8 @@ QUIRKS: tuple[QuirkRow, ...] = (
     QuirkRow(
         vendor=r"sushy emulator",
         changes={"reports_override_enabled": False},
-        evidence="TEST-PEERS.md: sushy-tools' emulator stores Target and Mode but always reports "
-                 "BootSourceOverrideEnabled=Continuous",
+        evidence="sushy-tools 2.2 emulator (fake driver), as observed: stores Target and "
+                 "Mode but always reports BootSourceOverrideEnabled=Continuous",
     ),
 )
 

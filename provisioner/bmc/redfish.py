@@ -46,10 +46,13 @@ from provisioner.bmc.redfish_map import (
     boot_took,
     choose_reset_type,
     facts_from,
+    function_links,
     gpus_from_processors,
     mounted,
+    network_boot_function,
     nvswitches_from,
     odata_ids,
+    physical_interfaces,
     power_state,
     power_watts,
     psu_facts,
@@ -288,7 +291,39 @@ class RedfishDriver:
             sub_psus = self._members((subsystem or {}).get("PowerSupplies"))
             psus = psu_facts(power, sub_psus)
             nvswitches = nvswitches_from(chassis)
-        return facts_from(system, processors, interfaces, pcie, psus, nvswitches)
+        return facts_from(system, processors, interfaces, pcie, psus, nvswitches,
+                          boot_options=self._boot_options(system),
+                          pxe_functions=self._network_boot_functions(interfaces))
+
+    def _boot_options(self, system: JSON) -> list[JSON]:
+        """The system's BootOptions (ComputerSystem v1.5+); none where the BMC has none."""
+        collection = self._extra((system.get("Boot") or {}).get("BootOptions"))
+        out = []
+        for path in odata_ids(collection):
+            option = self._extra({"@odata.id": path})
+            if option is not None:
+                out.append(option)
+        return out
+
+    def _network_boot_functions(self, interfaces: list[JSON]) -> list[str]:
+        """The MACs of the NetworkDeviceFunctions, linked from the system's NIC ports, that
+        are set to network-boot."""
+        out = []
+        for nic in physical_interfaces(interfaces):
+            for path in function_links(nic):
+                function = self._extra({"@odata.id": path})
+                mac = network_boot_function(function) if function is not None else None
+                if mac is not None:
+                    out.append(mac)
+        return out
+
+    def _extra(self, link: JSON | None) -> JSON | None:
+        """A resource that only tells the management NIC: one the BMC refuses (a licence,
+        a 403) tells nothing, and the rest of the facts still count."""
+        try:
+            return self._optional(link)
+        except BmcRefused:
+            return None
 
     def _optional(self, link: JSON | None) -> JSON | None:
         if not link or "@odata.id" not in link:

@@ -7,8 +7,9 @@ value tables and functions of payloads only (no I/O, no sushy, no requests).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from provisioner.bmc.base import (
@@ -59,6 +60,13 @@ BOOT_TARGET_FROM_REDFISH: dict[str, BootDevice] = {
 }
 BOOT_MODE_TO_REDFISH = {BootMode.UEFI: "UEFI", BootMode.LEGACY: "Legacy"}
 BOOT_MODE_FROM_REDFISH = {v: k for k, v in BOOT_MODE_TO_REDFISH.items()}
+# System EthernetInterfaces that are the Redfish host interface's host side, not a port
+# (Supermicro: "ToManager", "Host Ethernet Interface"; ansible community.general PR #3693).
+HOST_INTERFACE_IDS = frozenset({"tomanager"})
+# NetworkDeviceFunction.BootMode values that network-boot the function (NetworkDeviceFunction
+# v1.x BootMode: Disabled, PXE, iSCSI, FibreChannel, FibreChannelOverEthernet, HTTP).
+NETWORK_BOOT_MODES = frozenset({"PXE", "HTTP"})
+_DEVICE_PATH_MAC = re.compile(r"MAC\(([0-9A-Fa-f]{12})\s*[,)]")
 
 # ---------------------------------------------------------------- pure mapping
 
@@ -182,15 +190,102 @@ def gpus_from_pcie(devices: Iterable[JSON]) -> tuple[Gpu, ...]:
     return tuple(Gpu(model=m, count=c) for m, c in sorted(counts.items()))
 
 
+def _mac_of(nic: JSON) -> str | None:
+    mac = nic.get("MACAddress") or nic.get("PermanentMACAddress")
+    return str(mac).lower() if mac else None
+
+
+def _vlan_on(nic: JSON) -> bool:
+    vlan = nic.get("VLAN") or {}
+    return isinstance(vlan, dict) and vlan.get("VLANEnable") is True
+
+
+def physical_interfaces(interfaces: Iterable[JSON]) -> list[JSON]:
+    """The system's EthernetInterfaces that are NIC ports. Left out: the host side of the
+    Redfish host interface (the USB NIC to the BMC: DSP0270; Supermicro lists it as
+    "ToManager"), interfaces the BMC marks `EthernetInterfaceType: Virtual` (EthernetInterface
+    v1.6), and a VLAN sub-interface listed beside its port (VLAN enabled, the port's MAC)."""
+    listed = [n for n in interfaces
+              if str(n.get("Id") or "").lower() not in HOST_INTERFACE_IDS
+              and str(n.get("EthernetInterfaceType") or "").lower() != "virtual"]
+    untagged = {_mac_of(n) for n in listed if not _vlan_on(n)}
+    return [n for n in listed if not (_vlan_on(n) and _mac_of(n) in untagged)]
+
+
 def nic_facts(interfaces: Iterable[JSON]) -> tuple[NicFact, ...]:
     out = []
-    for nic in interfaces:
-        mac = nic.get("MACAddress") or nic.get("PermanentMACAddress")
+    for nic in physical_interfaces(interfaces):
         speed = nic.get("SpeedMbps")
         out.append(NicFact(name=str(nic.get("Id") or nic.get("Name") or "nic"),
-                           mac=str(mac).lower() if mac else None,
+                           mac=_mac_of(nic),
                            speed_mbps=int(speed) if isinstance(speed, int | float) else None))
     return tuple(out)
+
+
+def function_links(nic: JSON) -> list[str]:
+    """The NetworkDeviceFunctions an EthernetInterface links to (Links.NetworkDeviceFunctions,
+    or the older single Links.NetworkDeviceFunction)."""
+    links = nic.get("Links") or {}
+    many = links.get("NetworkDeviceFunctions")
+    refs = many if isinstance(many, list) else [links.get("NetworkDeviceFunction")]
+    return [str(r["@odata.id"]) for r in refs if isinstance(r, dict) and "@odata.id" in r]
+
+
+def network_boot_function(function: JSON) -> str | None:
+    """The MAC of a NetworkDeviceFunction set to network-boot (BootMode PXE or HTTP),
+    else None."""
+    if str(function.get("BootMode") or "") not in NETWORK_BOOT_MODES:
+        return None
+    eth = function.get("Ethernet") or {}
+    mac = eth.get("MACAddress") or eth.get("PermanentMACAddress")
+    return str(mac).lower() if mac else None
+
+
+def network_boot_macs(system: JSON, options: Iterable[JSON]) -> list[tuple[int, str]]:
+    """(place in the system's Boot.BootOrder, MAC) of every enabled network boot option,
+    in boot order: a UEFI network boot option's device path names its NIC by a MAC node
+    ("MAC(3CECEF0A1B2C,0x1)/IPv4(...)", UEFI spec, "Text device node reference"). An
+    option the BootOrder does not list ranks after every listed one."""
+    order = [str(o) for o in ((system.get("Boot") or {}).get("BootOrder") or [])]
+    rank = {ref: i for i, ref in enumerate(order)}
+    out = []
+    for opt in options:
+        if opt.get("BootOptionEnabled") is False:
+            continue
+        m = _DEVICE_PATH_MAC.search(str(opt.get("UefiDevicePath") or ""))
+        if m is None:
+            continue
+        digits = m.group(1).lower()
+        mac = ":".join(digits[i:i + 2] for i in range(0, 12, 2))
+        out.append((rank.get(str(opt.get("BootOptionReference") or opt.get("Id")),
+                             len(order)), mac))
+    return sorted(out)
+
+
+def management_nic(nics: Sequence[NicFact], pxe_functions: Sequence[str] = (),
+                   boot_macs: Sequence[tuple[int, str]] = ()) -> tuple[str | None, str]:
+    """(MAC, how the BMC said so) of the NIC the node network-boots from: the management
+    NIC the provisioning DHCP server must know. Never the sort order of the MACs (a GPU
+    node's RoCE ports often sort first). (None, why) when the BMC does not say."""
+    ports = {n.mac for n in nics if n.mac}
+    if not ports:
+        return None, "the BMC reports no NIC ports"
+    functions = [m for m in dict.fromkeys(pxe_functions) if m in ports]
+    if len(functions) == 1:
+        return functions[0], "the only NIC whose network device function boots by PXE/HTTP"
+    booting = [(r, m) for r, m in boot_macs if m in ports
+               and (len(functions) < 2 or m in functions)]
+    macs = list(dict.fromkeys(m for _r, m in booting))
+    if len(macs) == 1:
+        return macs[0], "the only NIC among the BMC's network boot options"
+    if len(macs) > 1 and booting[0][0] < next(r for r, m in booting if m != booting[0][1]):
+        return booting[0][1], (f"the first of {len(macs)} NICs in the BMC's network boot "
+                               "options, by its BootOrder")
+    if macs or functions:
+        return None, (f"{len(macs) or len(functions)} NICs network-boot and the BMC's "
+                      "BootOrder does not rank one first")
+    return None, ("the BMC names no network-boot NIC (no network boot option with a MAC in "
+                  "its device path, no NetworkDeviceFunction with BootMode PXE)")
 
 
 def psu_facts(power: JSON | None, subsystem_psus: Iterable[JSON] = ()) -> tuple[PsuFact, ...]:
@@ -221,8 +316,13 @@ def nvswitches_from(chassis: JSON) -> int | None:
 
 def facts_from(system: JSON, processors: Iterable[JSON] = (), interfaces: Iterable[JSON] = (),
                pcie_devices: Iterable[JSON] = (), psus: tuple[PsuFact, ...] = (),
-               nvswitch_count: int | None = None) -> HardwareFacts:
+               nvswitch_count: int | None = None, boot_options: Iterable[JSON] = (),
+               pxe_functions: Sequence[str] = ()) -> HardwareFacts:
+    """`pxe_functions`: the MACs of the NICs' network-boot NetworkDeviceFunctions."""
     procs = list(processors)
+    nics = nic_facts(interfaces)
+    mgmt_mac, mgmt_how = management_nic(nics, pxe_functions,
+                                        network_boot_macs(system, boot_options))
     summary = system.get("ProcessorSummary") or {}
     memory = system.get("MemorySummary") or {}
     gpus = gpus_from_processors(procs) or gpus_from_pcie(pcie_devices)
@@ -236,8 +336,8 @@ def facts_from(system: JSON, processors: Iterable[JSON] = (), interfaces: Iterab
         cpu_count=int(count) if isinstance(count, int | float) else None,
         cpu_model=summary.get("Model") or (cpu_models[0] if cpu_models else None),
         memory_gib=float(mem) if isinstance(mem, int | float) else None,
-        gpus=gpus, nics=nic_facts(interfaces), psus=psus, power_state=power_state(system),
-        nvswitch_count=nvswitch_count,
+        gpus=gpus, nics=nics, psus=psus, power_state=power_state(system),
+        nvswitch_count=nvswitch_count, mgmt_mac=mgmt_mac, mgmt_mac_how=mgmt_how,
     )
 
 

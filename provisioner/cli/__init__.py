@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Annotated
 
 import typer
@@ -15,6 +17,7 @@ from provisioner.cli.discover import discover
 from provisioner.cli.doctor import doctor
 from provisioner.cli.render import render
 from provisioner.cli.run import run
+from provisioner.errors import redact
 
 app = typer.Typer(
     name="provision",
@@ -28,6 +31,42 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,  # locals may hold credentials
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+# The libraries at the protocol edges log on their own (paramiko prints a whole traceback
+# when a port answers without SSH). Their records go nowhere; with --debug, to stderr,
+# redacted. Our own messages reach the user through the console alone.
+QUIET_LOGGERS = ("paramiko", "netmiko", "urllib3", "requests", "sushy", "pyghmi", "kubernetes",
+                 "ansible_runner", "ansible-runner", "websocket")
+
+
+class RedactingFormatter(logging.Formatter):
+    """Formats a record, traceback included, then redacts the whole text."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The one handler this CLI installs (found again by its class on a second call)."""
+
+
+def configure_logging(debug: bool) -> None:
+    """Route every library's log records once per process: to nothing, or with `debug` to
+    stderr through RedactingFormatter. Python's last-resort handler (stderr, warnings and
+    up) is never reached: the root logger always has our handler."""
+    handler: logging.Handler = _Handler(sys.stderr) if debug else logging.NullHandler()
+    handler.setFormatter(RedactingFormatter("%(name)s: %(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _Handler | logging.NullHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    for name in QUIET_LOGGERS:
+        lib = logging.getLogger(name)
+        lib.setLevel(logging.DEBUG if debug else logging.CRITICAL + 1)
+        lib.propagate = debug  # never to a handler someone else put on the root
+    # Python warnings are not log records: urllib3's InsecureRequestWarning (tls.verify
+    # false) stays on stderr on purpose, the operator asked for an unverified BMC.
 
 
 def _version(value: bool) -> None:
@@ -44,6 +83,7 @@ def _root(
     no_color: Annotated[bool, typer.Option("--no-color", help="Plain output.")] = False,
 ) -> None:
     """Global options."""
+    configure_logging(debug)
     STATE.debug = debug
     STATE.no_color = no_color
 
@@ -85,4 +125,5 @@ one_line_summaries(app)
 
 
 def main() -> None:
+    configure_logging(debug="--debug" in sys.argv[1:])  # before any command imports a library
     app()

@@ -18,13 +18,12 @@ from provisioner.cli.common import (
     console,
     graceful_stop,
     handle_errors,
-    resolve_site,
+    load_checked,
 )
 from provisioner.console_discover import add_summary
 from provisioner.discover import add as add_mod
 from provisioner.discover import writeback
 from provisioner.errors import ConfigError, ExitCode
-from provisioner.inventory import load
 from provisioner.inventory.models import Tls
 from provisioner.state import StateStore
 from provisioner.workflows import up as up_mod
@@ -47,6 +46,9 @@ def add(
         "free run).")] = None,
     name: Annotated[str | None, typer.Option(
         "--name", help="Host name (default: next in the site's naming pattern).")] = None,
+    mac: Annotated[str | None, typer.Option(
+        "--mac", help="The management (PXE) NIC's MAC, when the BMC cannot say which NIC "
+        "network-boots and no DHCP lease names it.")] = None,
     yes: Annotated[bool, typer.Option(
         "--yes", help="Write the change into the inventory and bring the node up.")] = False,
     patch: Annotated[Path | None, typer.Option(
@@ -78,7 +80,9 @@ def add(
         raise ConfigError("--u needs --rack")
     if scheme not in ("https", "http"):
         raise ConfigError(f"--scheme {scheme!r}: https or http")
-    loaded = load(resolve_site(site))
+    if mac is not None:
+        add_mod.parse_mac(mac)  # a typo is refused before any BMC is probed
+    loaded = load_checked(site)
     prof = profile_mod.for_site(loaded)
     store = StateStore(prof.state_path)
     login = credentials or discover_mod.default_credentials(loaded)
@@ -94,6 +98,8 @@ def add(
             console(json_out).warn(plain)
         source = add_mod.from_bmc(loaded, os.environ, store, plan, login,
                                   Tls(verify=not insecure))
+    if mac is not None:
+        source = add_mod.named_mac(source, mac)
     result = add_mod.add(loaded, store, source, block=block, rack=rack, u=u, name=name,
                          credentials=credentials, lab=prof.lab, apply=yes)
     if not yes:
@@ -107,10 +113,10 @@ def add(
         from provisioner.lab import unknown
 
         found_at = source.bmc  # the emulator's loopback endpoint discovery found
-        unknown.adopt(load(resolve_site(site)), host, found_at.address,
+        unknown.adopt(load_checked(site), host, found_at.address,
                       found_at.endpoint_key()[1])
     if yes and not no_up:
-        grown = load(resolve_site(site))
+        grown = load_checked(site)
         with graceful_stop("stopping: `provision up --limit " + host + "` resumes",
                            "aborting") as stop, out.up_progress(
                 [host], live=False, json_events=False) as progress:

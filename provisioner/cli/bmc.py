@@ -12,9 +12,14 @@ import typer
 from provisioner import bmc as bmc_mod
 from provisioner import results as results_mod
 from provisioner.bmc import BootDevice, BootMode, NodeResult, PowerAction
-from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.cli.common import (
+    JsonOpt,
+    SiteArg,
+    console,
+    handle_errors,
+    load_checked,
+)
 from provisioner.errors import ExitCode
-from provisioner.inventory import load
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import host_plans
 from provisioner.workflows.steps.bmc import blocked_racks
@@ -48,7 +53,7 @@ def _run(operation: str, site: Any, limit: str | None, json_out: bool, concurren
     """`op` on every selected node's BMC. With `budget_gate` (power on, cycle), nodes in an
     over-budget rack are refused before any request. Exit 5 if a BMC operation failed, else
     4 if a node was refused for its rack's budget, else 0."""
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     targets = bmc_mod.targets(loaded, os.environ, limit, request_timeout_s=request_timeout_s)
     refused = refused_by_budget(loaded, [t.node for t in targets]) if budget_gate else {}
     allowed = [t for t in targets if t.node not in refused]

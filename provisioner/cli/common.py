@@ -15,9 +15,12 @@ from typing import Annotated, ParamSpec, TypeVar
 import click
 import typer
 
-from provisioner import resources
+from provisioner import power, resources
 from provisioner.console import Console
 from provisioner.errors import ExitCode, ProvisionerError
+from provisioner.inventory import Finding, LoadedSite
+from provisioner.inventory.findings import errors
+from provisioner.inventory.valid import load_valid, refusing
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -46,6 +49,21 @@ def resolve_site(arg: Path | None) -> Path:
     if DEFAULT_SITE.exists():
         return DEFAULT_SITE
     return resources.example_site()
+
+
+def load_checked(site: Path | None, basis: power.Basis = "nameplate") -> LoadedSite:
+    """The site a command acts on: resolved, loaded and checked as `provision validate`
+    checks it; refused (exit 3, validate's errors) when validate would say it is invalid.
+    Every command that reads a site comes through here (tests/unit/test_one_truth.py)."""
+    return load_valid(resolve_site(site), basis)
+
+
+def exit_code(findings: list[Finding]) -> ExitCode:
+    """validate's verdict on its findings: 3 when every command refuses the site
+    (inventory.refusing), else 4 when racks are over budget, else 0 (warnings allowed)."""
+    if refusing(findings):
+        return ExitCode.INVENTORY
+    return ExitCode.BUDGET if errors(findings) else ExitCode.OK
 
 
 class State:

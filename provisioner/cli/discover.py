@@ -11,11 +11,16 @@ import typer
 from provisioner import discover as discover_mod
 from provisioner import profile as profile_mod
 from provisioner import results
-from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.cli.common import (
+    JsonOpt,
+    SiteArg,
+    console,
+    handle_errors,
+    load_checked,
+)
 from provisioner.console_discover import discover_table
 from provisioner.discover import leases as leases_mod
 from provisioner.errors import ConfigError
-from provisioner.inventory import load
 from provisioner.inventory.models import Tls
 from provisioner.state import StateStore
 
@@ -60,7 +65,7 @@ def discover(
     if not ranges and from_leases is None:
         raise ConfigError("discover: say where to look", hint="--range CIDR and/or "
                           "--from-leases FILE (the provisioning dnsmasq's leases)")
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     leases = leases_mod.read(from_leases) if from_leases else []
     plan = discover_mod.ProbePlan(
         addresses=discover_mod.addresses(ranges or [], leases),

@@ -5,10 +5,15 @@ from __future__ import annotations
 import typer
 
 from provisioner import results
-from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.cli.common import (
+    JsonOpt,
+    SiteArg,
+    console,
+    handle_errors,
+    load_checked,
+)
 from provisioner.errors import ExitCode
 from provisioner.execution import doctor as doctor_mod
-from provisioner.inventory import load
 
 
 @handle_errors
@@ -18,7 +23,7 @@ def doctor(site: SiteArg = None, json_out: JsonOpt = False) -> None:
 
     Exit 0 when all are fit (or the site has none), 14 when any is not, one line each.
     """
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     ex = loaded.site.provisioning.execution
     controller = doctor_mod.controller_versions()
     nodes = doctor_mod.check(ex) if ex.nodes else []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -12,12 +13,19 @@ from rich.markup import escape
 from provisioner import fabric as fabric_mod
 from provisioner import profile
 from provisioner import results as results_mod
-from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.cli.common import (
+    JsonOpt,
+    SiteArg,
+    console,
+    handle_errors,
+    load_checked,
+)
+from provisioner.console import Console
 from provisioner.errors import ExitCode
 from provisioner.fabric.live import Unverifiable
-from provisioner.inventory import load
 from provisioner.state import StateStore
-from provisioner.switches import ops
+from provisioner.statedir import state_dir
+from provisioner.switches import ops, standins
 
 app = typer.Typer(help="RoCE fabric: switch configs rendered, checked against hosts, pushed.",
                   no_args_is_help=True)
@@ -38,23 +46,26 @@ def check(site: SiteArg = None, live: LiveOpt = False, json_out: JsonOpt = False
     """Hosts vs switches: lossless priority, DSCP map, CNP priority and MTU agree on every
     RoCE link (static: as rendered; --live: as the devices report). Exit 10 on any
     mismatch; an end that cannot be read is listed as not verifiable, never as agreeing."""
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     out = console(json_out)
     unverifiable: tuple[Unverifiable, ...] = ()
+    notes: tuple[str, ...] = ()
     if live:
         from provisioner.switches import live as switch_live  # SSH clients, loaded late
 
         rep = switch_live.run(loaded, os.environ, profile.for_site(loaded))
-        ok, links, mismatches, unverifiable = (rep.ok, rep.links_checked, rep.mismatches,
-                                               rep.unverifiable)
+        ok, links, mismatches, unverifiable, notes = (
+            rep.ok, rep.links_checked, rep.mismatches, rep.unverifiable, rep.notes)
     else:
         report = fabric_mod.check(loaded)
         ok, links, mismatches = report.ok, report.links_checked, report.mismatches
     code = ExitCode.OK if ok else ExitCode.FABRIC
     if json_out:
         out.emit_json(results_mod.dump(results_mod.check_report(
-            loaded.site.site.name, ok, links, int(code), mismatches, live, unverifiable)))
+            loaded.site.site.name, ok, links, int(code), mismatches, live, unverifiable,
+            notes)))
     else:
+        _notes(out, notes)
         for m in mismatches:
             out.out.print(f"[red]mismatch[/] {escape(m.format())}")
         for u in unverifiable:
@@ -69,16 +80,25 @@ def check(site: SiteArg = None, live: LiveOpt = False, json_out: JsonOpt = False
     raise typer.Exit(int(code))
 
 
+def _notes(out: Console, notes: Sequence[str]) -> None:
+    """The lab's stand-ins, before the verdicts they qualify."""
+    for note in notes:
+        out.out.print(f"[yellow]note:[/] {escape(note)}")
+
+
 @app.command()
 @handle_errors
 def render(site: SiteArg = None,
-           out_dir: Annotated[Path, typer.Option("--out", help="Directory to write into.")] = Path(
-               "build/fabric")) -> None:
+           out_dir: Annotated[Path | None, typer.Option(
+               "--out", help="Directory to write into. Default: .provision/fabric next to "
+               "the site (never inside it: the site's *.yaml files are its inventory)."
+           )] = None) -> None:
     """Write each switch's rendered config to OUT/<switch>/<file> (secret-free)."""
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     out = console()
+    target = out_dir or state_dir(loaded.base_dir) / "fabric"
     for r in fabric_mod.render_all(loaded):
-        path = out_dir / r.spec.hostname / r.renderer.file_name
+        path = target / r.spec.hostname / r.renderer.file_name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(r.text)
         out.out.print(f"{r.spec.hostname} ({r.spec.nos}): {path}")
@@ -91,17 +111,19 @@ PruneOpt = Annotated[bool, typer.Option(
 
 def _run(site: Path | None, push: bool, dry_run: bool, limit: str | None,
          json_out: bool, prune: bool = False) -> None:
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
+    prof = profile.for_site(loaded)
     results = ops.run(loaded, os.environ, push=push, dry_run=dry_run, limit=limit,
-                      store=StateStore(profile.for_site(loaded).state_path) if push else None,
-                      prune=prune)
+                      store=StateStore(prof.state_path) if push else None, prune=prune)
+    notes = standins.notes(loaded, [r.switch for r in results], lab=prof.lab, live=False)
     out = console(json_out)
     failed = [r for r in results if not r.ok]
     code = ExitCode.FABRIC if failed else ExitCode.OK
     if json_out:
         out.emit_json(results_mod.dump(results_mod.switches_report(
-            push, loaded.site.site.name, dry_run, int(code), results)))
+            push, loaded.site.site.name, dry_run, int(code), results, notes)))
     else:
+        _notes(out, notes)
         for r in results:
             color = "green" if r.ok else "red"
             out.out.print(f"[bold]{r.switch}[/] ({r.nos}): [{color}]{r.status}[/]"

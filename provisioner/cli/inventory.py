@@ -9,19 +9,25 @@ import typer
 
 from provisioner import power as power_mod
 from provisioner import results
-from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.cli.common import (
+    JsonOpt,
+    SiteArg,
+    console,
+    exit_code,
+    handle_errors,
+    load_checked,
+    resolve_site,
+)
 from provisioner.console import Console
 from provisioner.errors import ExitCode, InventoryError
 from provisioner.inventory import (
-    Category,
     Finding,
-    LoadedSite,
     Severity,
-    check,
     load,
     shipped_catalog,
 )
 from provisioner.inventory.findings import errors, warnings
+from provisioner.inventory.valid import site_findings
 
 
 class BasisChoice(StrEnum):
@@ -53,9 +59,9 @@ def validate(site: SiteArg = None, json_out: JsonOpt = False,
         # Load and syntax errors are findings too: CI reads them from stdout like the rest.
         _emit_validate(out, None, ExitCode.INVENTORY, exc.findings or [_unlocated(exc)], [])
         raise typer.Exit(int(ExitCode.INVENTORY)) from None
-    findings = check(loaded, basis.value)
+    findings = site_findings(loaded, basis.value)
     errs, warns = errors(findings), warnings(findings)
-    code = _exit_code(errs)
+    code = exit_code(findings)
     if json_out:
         _emit_validate(out, loaded.site.site.name, code, errs, warns)
     else:
@@ -70,12 +76,6 @@ def validate(site: SiteArg = None, json_out: JsonOpt = False,
     raise typer.Exit(int(code))
 
 
-def _exit_code(errs: list[Finding]) -> ExitCode:
-    if all(f.category is Category.BUDGET for f in errs) and errs:
-        return ExitCode.BUDGET
-    return ExitCode.INVENTORY if errs else ExitCode.OK
-
-
 def _unlocated(exc: InventoryError) -> Finding:
     return Finding("inventory-file", Severity.ERROR, exc.message, exc.hint)
 
@@ -85,23 +85,12 @@ def _emit_validate(out: Console, site: str | None, code: ExitCode, errs: list[Fi
     out.emit_json(results.dump(results.validate_report(site, int(code), errs, warns)))
 
 
-def _checked(loaded: LoadedSite, basis: BasisChoice) -> None:
-    """The checks `validate` runs; inventory errors (not budget ones) stop the command."""
-    errs = [f for f in errors(check(loaded, basis.value))
-            if f.category is not Category.BUDGET]
-    if errs:
-        raise InventoryError(f"{len(errs)} error(s) in the inventory: {errs[0].format()} "
-                             "(run `provision validate` for all of them)", findings=errs)
-
-
 @handle_errors
 def power(site: SiteArg = None, json_out: JsonOpt = False,
           basis: BasisOpt = BasisChoice.nameplate) -> None:
     """Rack space, power and cooling budgets. Exit 4 when any rack is over budget, 3 when the
     inventory is invalid (the same checks as validate)."""
-    path = resolve_site(site)
-    loaded = load(path)
-    _checked(loaded, basis)
+    loaded = load_checked(site, basis.value)
     report = power_mod.budget(loaded.site, loaded.catalog, basis.value)
     out = console(json_out)
     if json_out:

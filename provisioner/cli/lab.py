@@ -8,7 +8,14 @@ import typer
 
 from provisioner import lab as lab_mod
 from provisioner import results
-from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.cli.common import (
+    JsonOpt,
+    SiteArg,
+    console,
+    handle_errors,
+    load_checked,
+    resolve_site,
+)
 from provisioner.errors import ExitCode
 from provisioner.inventory import load
 from provisioner.lab import orphans
@@ -31,7 +38,7 @@ def up(site: SiteArg = None,
        json_out: JsonOpt = False) -> None:
     """Start an emulated BMC and an SSH test host for every node; point the inventory at
     them."""
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     state = lab_mod.up(loaded, latency_ms=latency_ms, ssh_hosts=ssh_hosts)
     out = console(json_out)
     if json_out:
@@ -45,6 +52,8 @@ def up(site: SiteArg = None,
 @handle_errors
 def down(site: SiteArg = None) -> None:
     """Stop exactly the processes `lab up` started (recorded PIDs), remove the overlay."""
+    # Not load_checked: a lab must come down even after its site was edited into a state
+    # validate refuses (it reads only the lab's own records beside the site).
     loaded = load(resolve_site(site))
     stopped = lab_mod.down(loaded)
     console().info(f"lab stopped: {len(stopped)} process(es) ended; overlay removed")
@@ -54,8 +63,11 @@ def down(site: SiteArg = None) -> None:
 @handle_errors
 def prune() -> None:
     """Remove what a killed lab left behind: lab namespaces with no process in them and
-    their bridge (which keeps the site's gateway address and blocks the next `lab up`)."""
+    their bridge (which keeps the site's gateway address and blocks the next `lab up`),
+    and the hosts of a `lab up` that died before it finished (ended by PID first)."""
     gone = orphans.prune()
+    for netns, why in gone.stranded.items():
+        console().info(f"ended lab host {netns}: {why}")
     console().info(f"lab leftovers removed: {len(gone.namespaces)} namespace(s) "
                    f"{' '.join(gone.namespaces)}; {len(gone.bridges)} bridge(s) "
                    f"{' '.join(gone.bridges)}")
@@ -66,11 +78,12 @@ def prune() -> None:
 @app.command()
 @handle_errors
 def status(site: SiteArg = None, json_out: JsonOpt = False) -> None:
-    """What the lab runs: processes (alive or not) and each node's endpoint.
+    """What the lab runs: processes, SSH hosts, execution nodes and switches (alive or
+    not) and each node's endpoint.
 
-    Exit 0 when every recorded process runs, 5 when some died, 2 when no lab is up.
+    Exit 0 when all of it runs, 5 when some of it died (listed), 2 when no lab is up.
     """
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     state = lab_mod.status(loaded)
     out = console(json_out)
     if state is None:
@@ -80,12 +93,14 @@ def status(site: SiteArg = None, json_out: JsonOpt = False) -> None:
         else:
             out.info("no lab is running for this site (`provision lab up` starts one)")
         raise typer.Exit(int(ExitCode.CONFIG))
-    alive = all(p.alive() for p in state.processes)
+    dead = state.dead()
     if json_out:
         out.emit_json(results.dump(results.lab_report(state.site, state, with_liveness=True)))
     else:
         out.lab_state(state, lab_mod.lab_dir(loaded))
-    raise typer.Exit(int(ExitCode.OK if alive else ExitCode.BMC))
+        if dead:
+            out.info(f"dead: {', '.join(dead)}")
+    raise typer.Exit(int(ExitCode.BMC if dead else ExitCode.OK))
 
 
 @app.command("add-unknown")
@@ -99,7 +114,7 @@ def add_unknown(site: SiteArg = None,
     `provision discover` and `provision add`); `lab down` stops it with the rest."""
     from provisioner.lab import unknown
 
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     node = unknown.add_unknown(loaded, block)
     out = console(json_out)
     if json_out:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Annotated
@@ -9,9 +10,14 @@ from typing import Annotated
 import typer
 
 from provisioner import boot
-from provisioner.cli.common import SiteArg, console, graceful_stop, handle_errors, resolve_site
+from provisioner.cli.common import (
+    SiteArg,
+    console,
+    graceful_stop,
+    handle_errors,
+    load_checked,
+)
 from provisioner.errors import ConfigError
-from provisioner.inventory import load
 from provisioner.render import pxe as pxe_mod
 from provisioner.render.autoinstall import release_for
 from provisioner.statedir import state_dir
@@ -21,7 +27,9 @@ app = typer.Typer(help="Network boot (PXE/iPXE) and unattended OS install data."
 
 
 OutOpt = Annotated[Path | None, typer.Option(
-    "--out", "-o", help="Directory to write. Default: .provision/pxe next to the site.")]
+    "--out", "-o", help="Directory to write (replaced if it is a former PXE render). Default: "
+    ".provision/pxe next to the site; for the embedded example of an installed provisioner, "
+    "in the current directory.")]
 ServerOpt = Annotated[str | None, typer.Option(
     "--server", help="This machine's address on the boot network (default: the network's "
     "gateway).")]
@@ -55,7 +63,7 @@ def _render(site: Path | None, out: Path | None, server: str | None, interface: 
             ssh_key: Path | None, http_port: int, iso: Path | None = None
             ) -> tuple[Path, IPv4Address, dict[str, str]]:
     interface = require_interface(interface)
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     net = pxe_mod.provisioning_network(loaded)
     address = server or (str(net.gateway) if net.gateway else None)
     if address is None:
@@ -65,14 +73,18 @@ def _render(site: Path | None, out: Path | None, server: str | None, interface: 
     target = out or state_dir(loaded.base_dir) / "pxe"
     con = console()
     media = None
+    stage: Callable[[Path], None] | None = None
     if iso is not None:
         release = release_for(loaded.site.software.os)
-        info = boot.stage_iso(iso, target / "ubuntu" / release.codename, release.version)
         media = pxe_mod.served_media(f"http://{address}:{http_port}", release)
-        con.info(f"installer: {info} (kernel and initrd extracted from {iso})")
+
+        def stage_installer(work: Path) -> None:  # into the render, before it is renamed
+            info = boot.stage_iso(iso, work / "ubuntu" / release.codename, release.version)
+            con.info(f"installer: {info} (kernel and initrd extracted from {iso})")
+        stage = stage_installer
     written, missing = pxe_mod.render_pxe(
         loaded, target, server=IPv4Address(address), interface=interface, ssh_public_key=key,
-        http_port=http_port, media=media,
+        http_port=http_port, media=media, stage=stage,
         known_hosts=state_dir(loaded.base_dir) / "known_hosts")
     con.info(f"rendered {len(written)} files to {target} (boot network {net.name} {net.cidr}); "
              f"host keys of the nodes in {state_dir(loaded.base_dir) / 'known_hosts'}")

@@ -9,9 +9,14 @@ import typer
 
 from provisioner import render as render_mod
 from provisioner import results
-from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.cli.common import (
+    JsonOpt,
+    SiteArg,
+    console,
+    handle_errors,
+    load_checked,
+)
 from provisioner.errors import ConfigError
-from provisioner.inventory import load
 from provisioner.statedir import state_dir
 
 
@@ -19,7 +24,9 @@ from provisioner.statedir import state_dir
 def render(site: SiteArg = None,
            out: Annotated[Path | None, typer.Option(
                "--out", "-o", help="Directory to write (replaced if it is a former render). "
-               "Default: .provision/ansible next to the site.")] = None,
+               "Default: .provision/ansible next to the site; for the embedded example of "
+               "an installed provisioner, .provision/ansible in the current directory.")
+           ] = None,
            lab: Annotated[bool, typer.Option(
                help="Render for the local lab: steps that need a GPU, the internet or an "
                "init system run in check mode or are listed.")] = False,
@@ -31,7 +38,7 @@ def render(site: SiteArg = None,
                "air-gapped mirror must hold before `upgrade apply --to BUNDLE`).")] = None,
            json_out: JsonOpt = False) -> None:
     """Render inventory, group_vars, host_vars, playbooks and roles for the site."""
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     out_con = console(json_out)
     if bundle is not None:
         if not artifacts:

@@ -12,14 +12,23 @@ import typer
 
 from provisioner import report as report_mod
 from provisioner import results
-from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
-from provisioner.errors import ExitCode, InventoryError
-from provisioner.inventory import Category, check, load
-from provisioner.inventory.findings import errors
+from provisioner.cli.common import (
+    JsonOpt,
+    SiteArg,
+    console,
+    exit_code,
+    handle_errors,
+    resolve_site,
+)
+from provisioner.errors import InventoryError
+from provisioner.inventory import load
 from provisioner.inventory.schema import site_schema
+from provisioner.inventory.valid import site_findings
+from provisioner.statedir import state_dir
 
 OutDirOpt = Annotated[Path | None, typer.Option(
-    "--out", help="Directory for index.html. Default: .provision/report next to the site.")]
+    "--out", help="Directory for index.html. Default: .provision/report next to the site; for "
+    "the embedded example of an installed provisioner, in the current directory.")]
 StateOpt = Annotated[bool, typer.Option(
     "--state", help="Show node states even when no state store exists yet "
     "(they are shown anyway when it exists).")]
@@ -49,7 +58,7 @@ def report(site: SiteArg = None, out_dir: OutDirOpt = None, state: StateOpt = Fa
             raise
         # Schema or YAML errors: still a page, with the findings, for the CI artifact.
         built = report_mod.build_unloadable(path, exc.findings, generated_at=now)
-        page = report_mod.write(built, out_dir or _base_dir(path) / ".provision" / "report")
+        page = report_mod.write(built, out_dir or state_dir(_base_dir(path)) / "report")
         out = console(json_out)
         if json_out:
             out.emit_json(results.dump(results.site_report(built, page)))
@@ -57,17 +66,11 @@ def report(site: SiteArg = None, out_dir: OutDirOpt = None, state: StateOpt = Fa
             out.error(exc)
             out.out.print(str(page))
         raise typer.Exit(int(exc.exit_code)) from None
-    findings = check(loaded)
+    findings = site_findings(loaded)
     built = report_mod.build(loaded, findings, generated_at=now,
                              state=report_mod.read_state(loaded, wanted=state, now=now))
-    page = report_mod.write(built, out_dir or loaded.base_dir / ".provision" / "report")
-    errs = errors(findings)
-    if errs and all(f.category is Category.BUDGET for f in errs):
-        code = ExitCode.BUDGET
-    elif errs:
-        code = ExitCode.INVENTORY
-    else:
-        code = ExitCode.OK
+    page = report_mod.write(built, out_dir or state_dir(loaded.base_dir) / "report")
+    code = exit_code(findings)
     out = console(json_out)
     if json_out:
         out.emit_json(results.dump(results.site_report(built, page)))

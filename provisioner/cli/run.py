@@ -9,11 +9,16 @@ import typer
 from provisioner import render as render_mod
 from provisioner import results
 from provisioner import runner as runner_mod
-from provisioner.cli.common import JsonOpt, SiteArg, console, handle_errors, resolve_site
+from provisioner.cli.common import (
+    JsonOpt,
+    SiteArg,
+    console,
+    handle_errors,
+    load_checked,
+)
 from provisioner.errors import ExitCode
-from provisioner.inventory import load
 from provisioner.profile import for_site
-from provisioner.state import StateStore
+from provisioner.state import open_read_only
 from provisioner.statedir import state_dir
 from provisioner.upgrade import drift
 
@@ -34,12 +39,12 @@ def run(site: SiteArg = None,
         forks: Annotated[int, typer.Option(min=1, max=1000)] = 20,
         json_out: JsonOpt = False) -> None:
     """Render the site, run PLAYBOOK, and report per host. Exit 7 when any host failed."""
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     target = state_dir(loaded.base_dir) / "ansible"
     render_mod.render(loaded, target, lab=lab)
     out = console(json_out)
     state_path = for_site(loaded, lab=True if lab else None).state_path
-    if state_path.exists() and (behind := drift.note(loaded, StateStore(state_path))):
+    if (store := open_read_only(state_path)) and (behind := drift.note(loaded, store)):
         out.warn(behind)  # a playbook that configures nodes (site.yml) uses software:'s pins
     with out.playbook_progress(playbook) as on_event:
         result = runner_mod.run_playbook(target, playbook, limit=limit, tags=tags,

@@ -15,10 +15,9 @@ from provisioner.cli.common import (
     console,
     graceful_stop,
     handle_errors,
-    resolve_site,
+    load_checked,
 )
 from provisioner.errors import ExitCode
-from provisioner.inventory import load
 from provisioner.state import LIFECYCLE, Phase
 from provisioner.workflows import report as report_mod
 from provisioner.workflows import up as up_mod
@@ -51,6 +50,10 @@ def up(site: SiteArg = None,
            "--reinstall", help="Nodes the boot step may reinstall although they answer as "
            "installed (comma-separated globs); without it an installed node is refused.")]
        = None,
+       allow_downgrade: Annotated[str | None, typer.Option(
+           "--allow-downgrade", help="Nodes this run may configure at the site's pins "
+           "although `upgrade apply` put a newer bundle on them (comma-separated globs); "
+           "without it such a run is refused (exit 11).")] = None,
        forks: Annotated[int, typer.Option(min=1, max=1000,
                                           help="Hosts per playbook wave.")] = 20,
        concurrency: Annotated[int | None, typer.Option(
@@ -73,12 +76,12 @@ def up(site: SiteArg = None,
        json_out: JsonOpt = False) -> None:
     """Bring every server from power-off to ready: check the rack budget, inspect through
     the BMC, network-boot, wait for the OS, run the playbooks, verify. Resumable."""
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     opts = up_mod.UpOptions(
         limit=limit, from_phase=Phase(from_phase.value) if from_phase else None, forks=forks,
         concurrency=concurrency, os_timeout_s=os_timeout, playbook=playbook,
         verify_playbook=verify_playbook, request_timeout_s=request_timeout,
-        reinstall=reinstall)
+        reinstall=reinstall, allow_downgrade=allow_downgrade)
     prof = profile.for_site(loaded)
     out = console(json_out or json_events)
     hosts = [s.hostname for s in up_mod.servers(loaded)]
@@ -106,7 +109,7 @@ def plan(site: SiteArg = None,
          = False,
          json_out: JsonOpt = False) -> None:
     """What `provision up` would do now, per node: add, resume, retry, unchanged, blocked."""
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     rep = report_mod.plan(loaded, refresh=refresh, env=os.environ,
                           profile=profile.for_site(loaded))
     out = console(json_out)
@@ -119,7 +122,7 @@ def plan(site: SiteArg = None,
 @handle_errors
 def status(site: SiteArg = None, json_out: JsonOpt = False) -> None:
     """Every node's phase, when it last changed, failures with reasons, rack power in use."""
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     rep = report_mod.status(loaded, profile.for_site(loaded))
     out = console(json_out)
     if json_out:

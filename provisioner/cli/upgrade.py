@@ -23,10 +23,9 @@ from provisioner.cli.common import (
     console,
     graceful_stop,
     handle_errors,
-    resolve_site,
+    load_checked,
 )
 from provisioner.errors import ConfigError, ExitCode
-from provisioner.inventory import load
 from provisioner.results import dump
 from provisioner.results.upgrade import UpgradeNode, plan_report, upgrade_report
 from provisioner.secrets import Secret
@@ -73,7 +72,7 @@ def plan_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
     should take. Exit 11 when a rule refuses it."""
     if not to:
         raise ConfigError("--to BUNDLE is required", hint="for example --to 2026.11")
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     prof = apply_mod.state_file(profile_mod.for_site(loaded), state)
     the_plan, _ = apply_mod.plan(loaded, to, _plan_opts(batch, max_unavailable,
                                                         failure_domain), limit, prof)
@@ -87,14 +86,17 @@ def plan_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
                           + (f" (hint: {escape(r.hint)})" if r.hint else ""))
         for w in rep.warnings + [f"cannot roll back: {x}" for x in rep.rollback]:
             out.out.print(f"[yellow]warning:[/] {escape(w)}")
-        for c in rep.changes:
-            where = f"{len(c.nodes)} node(s)" if c.nodes else "cluster"
-            out.out.print(f"{c.component}: {c.old} -> {c.new} ({c.direction}, {where})")
-        out.out.print(f"order: {escape(rep.order)}")
-        for i, b in enumerate(rep.batches, 1):
-            out.out.print(f"batch {i}: {', '.join(b)}")
-        out.out.print(f"max unavailable per domain: {rep.max_unavailable}; planned "
-                      f"{rep.planned_s / 60:.0f} min for {len(rep.batches)} batch(es)")
+        if rep.nothing_to_do:  # no order, batches or time of nothing
+            out.out.print(escape(rep.summary))
+        else:
+            for c in rep.changes:
+                where = f"{len(c.nodes)} node(s)" if c.nodes else "cluster"
+                out.out.print(f"{c.component}: {c.old} -> {c.new} ({c.direction}, {where})")
+            out.out.print(f"order: {escape(rep.order)}")
+            for i, b in enumerate(rep.batches, 1):
+                out.out.print(f"batch {i}: {', '.join(b)}")
+            out.out.print(f"max unavailable per domain: {rep.max_unavailable}; planned "
+                          f"{rep.planned_s / 60:.0f} min for {len(rep.batches)} batch(es)")
     if not rep.ok:
         raise typer.Exit(int(ExitCode.UPGRADE_REFUSED))
 
@@ -166,7 +168,7 @@ def apply_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
     if kube_ca is not None and kube_api is None:
         raise ConfigError("--kube-ca goes with --kube-api (a kubeconfig names its own CA)")
     kube = OfficialClient(kubeconfig=kubeconfig, url=kube_api, token=token, ca_file=kube_ca)
-    loaded = load(resolve_site(site))
+    loaded = load_checked(site)
     prof = apply_mod.state_file(profile_mod.for_site(loaded), state)
     opts = apply_mod.ApplyOptions(
         plan=_plan_opts(batch, max_unavailable, failure_domain), limit=limit,

@@ -265,7 +265,8 @@ def _event(f: Found, facts: HardwareFacts | None, fp: Fingerprint | None,
             "facts": None if facts is None else {
                 "vendor": facts.vendor, "model": facts.model, "serial": facts.serial,
                 "gpus": [[g.model, g.count] for g in facts.gpus],
-                "nvswitch_count": facts.nvswitch_count, "macs": list(facts.macs)},
+                "nvswitch_count": facts.nvswitch_count, "macs": list(facts.macs),
+                "mgmt_mac": facts.mgmt_mac, "mgmt_mac_how": facts.mgmt_mac_how},
             "block": fp.block if fp else None,
             "confidence": fp.confidence if fp else None,
             "reasons": list(fp.reasons) if fp else []}

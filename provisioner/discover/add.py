@@ -20,15 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import TypeAdapter, ValidationError
 
 from provisioner import discover as discover_mod
 from provisioner.discover import place, writeback
 from provisioner.errors import ConfigError, InventoryError, StateError
 from provisioner.inventory import checks
-from provisioner.inventory.findings import Severity
+from provisioner.inventory.fields import Mac
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import Bmc, NetworkKind, Placement, Tls
 from provisioner.inventory.topology import nvlink_domain
+from provisioner.inventory.valid import refusing
 from provisioner.lifecycle import Phase
 from provisioner.state import StateStore
 
@@ -44,6 +46,8 @@ class Source:
     reasons: tuple[str, ...]
     mgmt_mac: str | None
     serial: str | None
+    # How the management MAC is known (the BMC's word, or the lease), or why it is not.
+    mgmt_mac_how: str | None = None
 
 
 @dataclass
@@ -84,7 +88,7 @@ def _source(ident: str | None, d: Mapping[str, Any], credentials: str) -> Source
     scheme = ep.get("scheme") or "https"
     default_port = 623 if ep["protocol"] == "ipmi" else 443 if scheme == "https" else 80
     facts = d.get("facts") or {}
-    macs = facts.get("macs") or []
+    mac, how = management_mac(facts, d.get("lease_mac"))
     return Source(
         id=ident,
         bmc=Bmc(protocol=ep["protocol"], address=ep["address"],
@@ -93,8 +97,54 @@ def _source(ident: str | None, d: Mapping[str, Any], credentials: str) -> Source
                 credentials=credentials),
         block=d.get("block"), confidence=d.get("confidence"),
         reasons=tuple(d.get("reasons") or ()),
-        mgmt_mac=d.get("lease_mac") or (macs[0] if macs else None),
-        serial=facts.get("serial"))
+        mgmt_mac=mac, serial=facts.get("serial"), mgmt_mac_how=how)
+
+
+def management_mac(facts: Mapping[str, Any], lease_mac: str | None
+                   ) -> tuple[str | None, str]:
+    """The MAC the provisioning DHCP server must know the node by, and how it is known:
+    the NIC the BMC says network-boots, else the discovery lease's MAC; never a MAC by its
+    sort order (a GPU node's RoCE ports often sort before its management NIC, and a DHCP
+    reservation on one of them leaves the node unable to PXE-boot)."""
+    if facts.get("mgmt_mac"):
+        return str(facts["mgmt_mac"]), f"the BMC says so: {facts.get('mgmt_mac_how')}"
+    if lease_mac:
+        return lease_mac, "the DHCP lease discovery found the node by"
+    if "mgmt_mac" not in facts and facts.get("macs"):
+        return None, ("its discovery record predates reading the management NIC: run "
+                      "`provision discover` again")
+    return None, str(facts.get("mgmt_mac_how") or "the BMC reports no NIC")
+
+
+NAMED_BY_OPERATOR = "the operator named it (--mac)"
+
+
+def parse_mac(mac: str) -> str:
+    """`--mac` checked as the inventory checks a MAC (before any BMC is probed), in the
+    inventory's form: lower case, colons."""
+    try:
+        return TypeAdapter(Mac).validate_python(mac)
+    except ValidationError as exc:
+        why = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"--mac {mac!r}: {why}") from None
+
+
+def named_mac(source: Source, mac: str) -> Source:
+    """The operator's `--mac`: the management (PXE) NIC for a node whose BMC cannot say and
+    whose discovery no lease names, recorded as the BMC's answer is (macs.<management
+    network> in the inventory; the MAC and how it is known in the enroll event). One that
+    differs from what the BMC or the lease says is refused: one of the two is wrong, and a
+    DHCP reservation on the wrong NIC leaves the node unable to network-boot."""
+    norm = parse_mac(mac)
+    if source.mgmt_mac is not None and source.mgmt_mac != norm:
+        raise ConfigError(
+            f"--mac {norm} is not the management NIC discovery knows: {source.mgmt_mac} "
+            f"({source.mgmt_mac_how}); nothing was written",
+            hint="drop --mac to use that one, or correct the BMC's network boot order and "
+            "run `provision discover` again")
+    if source.mgmt_mac == norm:
+        return source
+    return dataclasses.replace(source, mgmt_mac=norm, mgmt_mac_how=NAMED_BY_OPERATOR)
 
 
 def from_bmc(loaded: LoadedSite, env: Mapping[str, str], store: StateStore,
@@ -127,13 +177,13 @@ def _checked(loaded: LoadedSite, proposal: place.Proposal,
             and Placement.model_validate(parsed[0]) == proposal.placement()):
         raise InventoryError(f"{change.display}: the text to add does not read back as the "
                              "proposed placement; nothing was written")
-    before = {(f.code, f.message) for f in checks.check(loaded)
-              if f.severity is Severity.ERROR}
+    # the findings that refuse any command (valid.refusing); a budget the node would break
+    # (its rack's, or an upstream circuit's) place.choose_rack refused first (exit 4)
+    before = {(f.code, f.message) for f in refusing(checks.check(loaded))}
     site = loaded.site.model_copy(
         update={"placements": (*loaded.site.placements, proposal.placement())})
     grown = dataclasses.replace(loaded, site=site)
-    new = [f for f in checks.check(grown) if f.severity is Severity.ERROR
-           and (f.code, f.message) not in before]
+    new = [f for f in refusing(checks.check(grown)) if (f.code, f.message) not in before]
     if new:
         raise InventoryError(f"adding the node would make the inventory invalid: "
                              f"{new[0].message}; nothing was written", findings=new)
@@ -188,6 +238,15 @@ def add(loaded: LoadedSite, store: StateStore, source: Source, *, block: str | N
             "the node's shape matches no catalog block"
             + (f" ({'; '.join(source.reasons[:3])})" if source.reasons else ""),
             hint="name its block with --block after checking `provision catalog`")
+    if source.mgmt_mac is None:
+        raise ConfigError(
+            "cannot tell the node's management (PXE) NIC, whose MAC the provisioning DHCP "
+            f"server must know: {source.mgmt_mac_how or 'the BMC does not say'}; nothing "
+            "was written",
+            hint="name it with --mac MAC (the NIC that network-boots), discover it from "
+            "the provisioning DHCP server's leases (`provision discover --from-leases`), or "
+            "set the NIC that network-boots first in the BMC's boot order and run "
+            "`provision discover` again")
     written = credentials or writeback.file_credentials(loaded, chosen) \
         or source.bmc.credentials
     bmc = source.bmc.model_copy(update={"credentials": written})
@@ -206,7 +265,8 @@ def add(loaded: LoadedSite, store: StateStore, source: Source, *, block: str | N
     run_id = store.start_run(f"add {proposal.hostname}")
     try:
         detail = {"discovered_as": source.id, "rack": proposal.rack, "u": proposal.u,
-                  "block": proposal.block, "file": change.display}
+                  "block": proposal.block, "file": change.display,
+                  "mgmt_mac": source.mgmt_mac, "mgmt_mac_how": source.mgmt_mac_how}
         if source.id is not None:  # the discovered row becomes the host (history kept)
             store.adopt(source.id, proposal.hostname, run_id=run_id, detail=detail)
         else:

@@ -1,10 +1,11 @@
 """Where a new node goes and what it is called: rack and U, host name, addresses, switch
 port. Pure (no I/O); `provision add` writes the result back (writeback.py).
 
-Budgets are `power.rack_budget`'s (the one source of the numbers `provision power` and
-`validate` print): a rack takes the node only if, after the addition, every feed, the
-cooling, the airflow and the rack space stay within budget and a run of free U is tall
-enough for the chassis. Switch ports come from the site's cabling rules
+Budgets are `power.rack_budget`'s and `power.circuit_budgets`' (the one source of the
+numbers `provision power` and `validate` print): a rack takes the node only if, after the
+addition, every feed, every shared upstream circuit its feeds hang off (with the other
+racks on it), the cooling, the airflow and the rack space stay within budget and a run of
+free U is tall enough for the chassis. Switch ports come from the site's cabling rules
 (inventory/cabling.resolve on the site with the node added), so the port proposed is the
 port `validate`, `render` and the fabric renderers will use.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from provisioner import power
@@ -82,9 +83,14 @@ def free_u(rack: Rack, placements: Sequence[Placement], catalog: Mapping[str, Bl
     return None
 
 
+CircuitCheck = Callable[[power.RackBudget], list[str]]
+
+
 def fit(rack: Rack, placements: Sequence[Placement], catalog: Mapping[str, BlockType],
-        block: BlockType, u: int | None = None, basis: power.Basis = "nameplate") -> RackFit:
-    """Would the rack hold one more `block` chassis (at `u`, or the lowest free U)?"""
+        block: BlockType, u: int | None = None, basis: power.Basis = "nameplate",
+        circuits: CircuitCheck | None = None) -> RackFit:
+    """Would the rack hold one more `block` chassis (at `u`, or the lowest free U)? With
+    `circuits`, the shared circuits its feeds hang off are weighed too (on_circuits)."""
     mine = [p for p in placements if p.rack == rack.name]
     spot = free_u(rack, mine, catalog, block.rack_units) if u is None else u
     problems: list[str] = []
@@ -100,8 +106,44 @@ def fit(rack: Rack, placements: Sequence[Placement], catalog: Mapping[str, Block
     after = power.rack_budget(rack, [*mine, _probe(rack.name, spot or 1, block.name)],
                               catalog, basis)
     problems += [f.message for f in after.failures]
+    problems += circuits(after) if circuits is not None else []
     return RackFit(rack.name, spot, tuple(problems), after.load_w, after.usable_va,
                    after.cooling_limit_w)
+
+
+def on_circuits(site: Site, catalog: Mapping[str, BlockType],
+                by_rack: Mapping[str, Sequence[Placement]],
+                basis: power.Basis = "nameplate") -> CircuitCheck:
+    """The declared circuits a rack's feeds hang off, weighed with that rack at its budget
+    after the addition and every other rack on them as it is: the failures, in `validate`'s
+    words (power.circuit_budgets). A rack within its own feeds can still overload the
+    breaker upstream that it shares. Other racks' budgets are computed once, when needed."""
+    racks = {r.name: r for r in site.racks}
+    order = {name: i for i, name in enumerate(racks)}
+    members: dict[str, set[str]] = {}
+    for r in site.racks:
+        for f in r.feeds:
+            if f.circuit is not None:
+                members.setdefault(f.circuit, set()).add(r.name)
+    now: dict[str, power.RackBudget] = {}
+
+    def before(name: str) -> power.RackBudget:
+        if name not in now:
+            now[name] = power.rack_budget(racks[name], by_rack.get(name, ()), catalog, basis)
+        return now[name]
+
+    def check(after: power.RackBudget) -> list[str]:
+        mine = {f.circuit for f in racks[after.name].feeds if f.circuit is not None}
+        if not mine:
+            return []
+        others = sorted({n for c in mine for n in members.get(c, ())} - {after.name},
+                        key=order.__getitem__)
+        budgets = sorted([after, *(before(n) for n in others)],
+                         key=lambda b: order[b.name])
+        return [f.message for cb in power.circuit_budgets(
+            (c for c in site.circuits if c.name in mine), budgets) for f in cb.failures]
+
+    return check
 
 
 def _probe(rack: str, u: int, block: str) -> Placement:
@@ -132,8 +174,9 @@ def choose_rack(site: Site, catalog: Mapping[str, BlockType], block: BlockType,
     by_rack: dict[str, list[Placement]] = {}
     for p in site.placements:  # one pass: a site may have thousands of chassis
         by_rack.setdefault(p.rack, []).append(p)
+    shared = on_circuits(site, catalog, by_rack)
     checked = tuple(fit(r, by_rack.get(r.name, []), catalog, block,
-                        u if r.name == rack else None) for r in site.racks)
+                        u if r.name == rack else None, circuits=shared) for r in site.racks)
     by_name = {f.rack: f for f in checked}
     if rack is not None:
         mine = by_name[rack]

@@ -1,14 +1,16 @@
 """A batch across the execution nodes: one share per node, all at once on the engine's
 fan-out; a share whose node is lost runs once more on another node when the playbook is
 safe to repeat, else its hosts fail with the reason. Every attempt is reported to
-`record`, so the state store says which worker ran what."""
+`record`, so the state store says which worker ran what. A node lost once is remembered
+for the run (`lost`): the later batches and stages split over the others, instead of
+losing each share's first attempt (a connect timeout or ~15 s of keepalives) to it again."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,15 +63,21 @@ def run_batch(ex: Execution, rack_of: Mapping[str, str], private_data_dir: Path,
               cancel: Callable[[], bool] | None = None,
               record: Callable[[Attempt, int], None] | None = None,
               on_spawn: Callable[[str, int], None] | None = None,
-              together: Collection[str] = ()) -> list[ShareOutcome]:
+              together: Collection[str] = (),
+              lost: MutableMapping[str, str] | None = None) -> list[ShareOutcome]:
     """Run `playbook` over `batch`, split by rack across `ex.nodes`; one outcome per share.
-    The hosts in `together` share one worker whatever the split (the control planes)."""
+    The hosts in `together` share one worker whatever the split (the control planes).
+    `lost` (node name -> why), shared by the caller across the run's batches: the nodes
+    lost before are left out of the split while another is left; those lost now are
+    added."""
+    lost = {} if lost is None else lost
     domain = dict(rack_of) if ex.split_by == "rack" else {h: h for h in batch}
     domain.update({h: TOGETHER for h in together})
-    split = shares.split(batch, domain, ex.nodes)
+    live = [n for n in ex.nodes if n.name not in lost] or list(ex.nodes)
+    split = shares.split(batch, domain, live)
     by_name = {n.name: n for n in ex.nodes}
     load = {name: len(hosts) for name, hosts in split.items()}
-    dead: set[str] = set()
+    dead: set[str] = {n.name for n in ex.nodes if n not in live}
     lock = threading.Lock()
     stage = stage_project(private_data_dir)
 
@@ -93,6 +101,7 @@ def run_batch(ex: Execution, rack_of: Mapping[str, str], private_data_dir: Path,
             return out
         with lock:
             dead.add(worker)
+            lost[worker] = out.final.lost
             other = shares.fallback(worker, ex.nodes, dead, load)
             if other is not None:
                 load[other.name] = load.get(other.name, 0) + len(hosts)
@@ -101,6 +110,10 @@ def run_batch(ex: Execution, rack_of: Mapping[str, str], private_data_dir: Path,
         if cancel is not None and cancel():
             return out
         out.attempts.append(attempt(other.name, hosts, 2))
+        if out.final.lost is not None:
+            with lock:
+                dead.add(other.name)
+                lost[other.name] = out.final.lost
         return out
 
     try:

@@ -7,15 +7,14 @@ that text back into SwitchQos, so `fabric check` compares what would really be p
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 import jinja2
 
+from provisioner import resources
 from provisioner.errors import RenderError
+from provisioner.inventory.fabric_checks import cannot_express
 from provisioner.roce import RocePolicy
-
-TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates" / "switch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +47,8 @@ class SwitchRenderer(Protocol):
     nos: str
     file_name: str  # rendered file name, e.g. nvue.yaml
 
+    def can_express(self, policy: RocePolicy) -> bool: ...
+
     def render(self, spec: SwitchSpec) -> str: ...
 
     def parse(self, text: str) -> SwitchQos: ...
@@ -55,27 +56,31 @@ class SwitchRenderer(Protocol):
 
 def template(nos: str, name: str) -> jinja2.Template:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES_DIR / nos),
+        loader=jinja2.FileSystemLoader(resources.templates_dir("switch", nos)),
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
         trim_blocks=True, lstrip_blocks=True, autoescape=False)  # noqa: S701 - not HTML
     return env.get_template(name)
 
 
-def default_classes(policy: RocePolicy) -> bool:
-    """True when the policy is NVIDIA's default (what `roce lossless` / `qos roce` sets)."""
-    return (policy.roce_dscp, policy.roce_priority, policy.cnp_dscp,
-            policy.cnp_priority) == (26, 3, 48, 6)
+def classes(policy: RocePolicy) -> tuple[int, int, int, int]:
+    """RoCE DSCP and priority, CNP DSCP and priority: what a renderer may not be able to set."""
+    return policy.roce_dscp, policy.roce_priority, policy.cnp_dscp, policy.cnp_priority
 
 
-def require_default_classes(spec: SwitchSpec, renderer: str, switches: str) -> None:
+def can_express(nos: str, policy: RocePolicy) -> bool:
+    """Whether the renderer of switch OS `nos` sets this policy's classes: the same table
+    `validate` refuses a site by (inventory/fabric_checks.py)."""
+    return cannot_express(nos, classes(policy)) is None
+
+
+def require_expressible(spec: SwitchSpec) -> None:
     """NVUE's `qos roce` and Onyx's `roce lossless` program NVIDIA's classes whatever else is
     set, so a custom class (say CNP on 3) would conflict: refuse rather than render a
-    broken pair."""
-    if not default_classes(spec.policy):
-        raise RenderError(
-            f"{spec.hostname}: the {renderer} renderer sets NVIDIA's default RoCE classes only "
-            "(DSCP 26 -> 3, CNP 48 -> 6)",
-            hint=f"use the default software.roce values for {switches} switches")
+    broken pair. `validate` refuses such a site first, by the same table."""
+    why = cannot_express(spec.nos, classes(spec.policy))
+    if why is not None:
+        raise RenderError(f"{spec.hostname}: {why}",
+                          hint=f"use the default software.roce values for {spec.nos} switches")
 
 
 @dataclass(frozen=True, slots=True)

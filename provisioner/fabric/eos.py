@@ -6,7 +6,15 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from provisioner.fabric.base import PortSpec, SwitchQos, SwitchSpec, template
+from provisioner.fabric.base import (
+    PortSpec,
+    SwitchQos,
+    SwitchSpec,
+    can_express,
+    require_expressible,
+    template,
+)
+from provisioner.roce import RocePolicy
 
 EOS_MAX_MTU_BYTES = 9214  # EOS interface `mtu` accepts 68-9214
 _MAP = re.compile(r"^qos map dscp (\d+) to traffic-class (\d+)$")
@@ -17,7 +25,11 @@ class EosRenderer:
     nos = "eos"
     file_name = "eos.cfg"
 
+    def can_express(self, policy: RocePolicy) -> bool:
+        return can_express(self.nos, policy)
+
     def render(self, spec: SwitchSpec) -> str:
+        require_expressible(spec)
         ports = tuple(PortSpec(p.name, p.description, min(p.mtu_bytes, EOS_MAX_MTU_BYTES))
                       for p in spec.ports)
         return template("eos", "eos.cfg.j2").render(spec=replace(spec, ports=ports))

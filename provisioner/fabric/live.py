@@ -6,7 +6,9 @@ cannot carry the RoCE settings (the lab's IOS-style stand-in, a host without mln
 reported as not verifiable, never as agreeing.
 
 mlnx_qos output format: NVIDIA MLNX_OFED/DOCA "mlnx_qos" examples (Priority trust state,
-dscp2prio mapping `prio:N dscp:..`, PFC configuration `enabled` row); DOMAIN.md section 2.
+dscp2prio mapping `prio:N dscp:..`, PFC configuration `enabled` row), and NVIDIA's
+"Lossless RoCE Configuration for Linux Drivers in DSCP-Based QoS Mode" (enterprise-support
+knowledge base): `mlnx_qos -i <if> --trust dscp --pfc 0,0,0,1,0,0,0,0`.
 """
 
 from __future__ import annotations

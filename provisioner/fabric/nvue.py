@@ -6,7 +6,14 @@ from typing import Any
 
 import yaml
 
-from provisioner.fabric.base import SwitchQos, SwitchSpec, require_default_classes, template
+from provisioner.fabric.base import (
+    SwitchQos,
+    SwitchSpec,
+    can_express,
+    require_expressible,
+    template,
+)
+from provisioner.roce import RocePolicy
 
 # What `nv set qos roce` programs (Cumulus 5.14 RoCE page, default RoCE configuration table).
 ROCE_DEFAULT_MAP = {26: 3, 48: 6}
@@ -17,8 +24,11 @@ class NvueRenderer:
     nos = "cumulus"
     file_name = "nvue.yaml"
 
+    def can_express(self, policy: RocePolicy) -> bool:
+        return can_express(self.nos, policy)
+
     def render(self, spec: SwitchSpec) -> str:
-        require_default_classes(spec, "NVUE", "Cumulus")
+        require_expressible(spec)
         return template("cumulus", "nvue.yaml.j2").render(spec=spec)
 
     def parse(self, text: str) -> SwitchQos:

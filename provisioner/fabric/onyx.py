@@ -5,7 +5,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from provisioner.fabric.base import SwitchQos, SwitchSpec, require_default_classes, template
+from provisioner.fabric.base import (
+    SwitchQos,
+    SwitchSpec,
+    can_express,
+    require_expressible,
+    template,
+)
+from provisioner.roce import RocePolicy
 
 # What `roce lossless` programs (Onyx 3.10.4100 "RoCE Commands", show roce example).
 ROCE_DEFAULT_MAP = {26: 3, 48: 6}
@@ -60,8 +67,11 @@ class OnyxRenderer:
     nos = "onyx"
     file_name = "onyx.cfg"
 
+    def can_express(self, policy: RocePolicy) -> bool:
+        return can_express(self.nos, policy)
+
     def render(self, spec: SwitchSpec) -> str:
-        require_default_classes(spec, "Onyx", "Onyx")
+        require_expressible(spec)
         ports = [_Port(p.name, cli_port(p.name), p.description.replace('"', "'"), p.mtu_bytes)
                  for p in spec.ports]
         return template("onyx", "onyx.cfg.j2").render(spec=spec, ports=ports)

@@ -2,9 +2,9 @@
 (`config apply-patch`) computed against the switch's running config_db.
 
 Built in Python, not a template: JSON is data, and a template could emit invalid JSON.
-Based on SONiC community defaults (DOMAIN.md section 2 [S]): PORT_QOS_MAP pfc_enable "3,4",
-dscp_to_tc_map AZURE, lossless queues on WRED_PROFILE AZURE_LOSSLESS with ecn_all; and
-sonic-net/SONiC doc "Configuration.md" (PORT, PORT_QOS_MAP, QUEUE, WRED_PROFILE tables).
+Based on SONiC's community defaults as sonic-net/SONiC doc "Configuration.md" shows them
+(PORT, PORT_QOS_MAP, QUEUE, WRED_PROFILE tables): PORT_QOS_MAP pfc_enable "3,4",
+dscp_to_tc_map AZURE, lossless queues on WRED_PROFILE AZURE_LOSSLESS with ecn_all.
 Map references are plain names (SONiC 202012 and later), not the older "[TABLE|NAME]".
 No BUFFER_PG: SONiC's buffer manager gives priorities 3 and 4 their lossless profiles
 (headroom from the port's speed and cable length) by itself, in both buffer models (NVIDIA
@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from provisioner.fabric.base import SwitchQos, SwitchSpec
+from provisioner.fabric.base import SwitchQos, SwitchSpec, can_express, require_expressible
+from provisioner.roce import RocePolicy
 
 MAP = "AZURE"  # SONiC's default QoS map and profile names, kept so buffer templates match
 WRED = "AZURE_LOSSLESS"
@@ -110,7 +111,11 @@ class SonicRenderer:
     nos = "sonic"
     file_name = "config_db.json"
 
+    def can_express(self, policy: RocePolicy) -> bool:
+        return can_express(self.nos, policy)
+
     def render(self, spec: SwitchSpec) -> str:
+        require_expressible(spec)
         return json.dumps(tables(spec), indent=2, sort_keys=True) + "\n"
 
     def parse(self, text: str) -> SwitchQos:

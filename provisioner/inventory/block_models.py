@@ -36,7 +36,8 @@ class GpuArch(StrEnum):
 
 
 # Open kernel modules: Turing and newer only; Grace and Blackwell need them
-# (source: NVIDIA driver installation guide, kernel-modules page [P]; DOMAIN.md §3).
+# (NVIDIA Driver Installation Guide, "Kernel Modules",
+# docs.nvidia.com/datacenter/tesla/driver-installation-guide/kernel-modules.html).
 PROPRIETARY_ONLY_ARCHS = frozenset({GpuArch.MAXWELL, GpuArch.PASCAL, GpuArch.VOLTA})
 OPEN_ONLY_ARCHS = frozenset(
     {GpuArch.BLACKWELL, GpuArch.GRACE_HOPPER, GpuArch.GRACE_BLACKWELL}

@@ -16,14 +16,23 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
-from provisioner.errors import ConfigError, InventoryError
+from provisioner import sources
+from provisioner.errors import ConfigError, InventoryError, ProvisionerError
 from provisioner.inventory.fields import KubeVersion, Model
-from provisioner.inventory.loader import SourceMap, _schema_findings, _Segment
+from provisioner.inventory.findings import Finding, Severity
+from provisioner.inventory.kube_checks import kubernetes_major_problem
+from provisioner.inventory.loader import _schema_findings
 from provisioner.inventory.software_models import NvidiaDriver, Version
+from provisioner.inventory.sourcemap import SourceMap, _Segment
 from provisioner.inventory.yamlsafe import parse
 
 BUNDLE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 BUNDLE_DIR = "bundles"
+# The chart versions the roles install (provisioner/sources.py): a bundle records what a
+# release runs, so it may name these or none; any other version would be recorded as applied
+# while the roles install the pinned one.
+RECORDED_CHARTS = {"gpu_operator": sources.GPU_OPERATOR_CHART_VERSION,
+                   "network_operator": sources.NETWORK_OPERATOR_CHART_VERSION}
 
 
 class BundleInfo(Model):
@@ -124,7 +133,44 @@ def load_bundle(site_dir: Path, name: str) -> LoadedBundle:
         loc = smap.locate(("bundle", "name"))
         raise InventoryError(f"{loc}: bundle.name is {bundle.bundle.name!r} but the file is "
                              f"{name}.yaml", hint="make the name and the file name agree")
+    unknown = _unrecorded(bundle, smap)
+    if unknown:
+        raise InventoryError(unknown[0].format(), findings=unknown)
     return LoadedBundle(bundle, path, smap)
+
+
+def _unrecorded(bundle: Bundle, smap: SourceMap) -> list[Finding]:
+    """What the roles would not install as the bundle says: a chart version other than the
+    one the tool pins, a Kubernetes major other than the one the roles install."""
+    out = []
+    for chart, pinned in RECORDED_CHARTS.items():
+        named = getattr(bundle.charts, chart)
+        if named is not None and named.removeprefix("v") != pinned.removeprefix("v"):
+            out.append(Finding(
+                "bundle-chart-unknown", Severity.ERROR,
+                f"charts.{chart} {named}: this version of the tool installs the "
+                f"{chart.replace('_', ' ')} chart at {pinned} only, and has no record of "
+                f"{named}", f"write {chart}: \"{pinned}\" or leave it out",
+                smap.locate(("charts", chart))))
+    major = kubernetes_major_problem(bundle.kubernetes)
+    if major is not None:
+        out.append(Finding("kubernetes-major", Severity.ERROR, major[0], major[1],
+                           smap.locate(("kubernetes",))))
+    return out
+
+
+def bundle_findings(site_dir: Path) -> list[Finding]:
+    """Every release bundle of the site checked as `load_bundle` checks it (what `validate`
+    reports): the findings of each one refused, nothing for a bundle that loads."""
+    out: list[Finding] = []
+    for name in available(site_dir):
+        try:
+            load_bundle(site_dir, name)
+        except ProvisionerError as exc:
+            found = getattr(exc, "findings", None) or [
+                Finding("bundle-file", Severity.ERROR, exc.message, exc.hint)]
+            out.extend(found)
+    return out
 
 
 def from_software(software: Any, name: str = "site") -> Bundle:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
 from provisioner import power
-from provisioner.inventory import fabric_checks, kube_checks, software_checks
+from provisioner.inventory import circuit_checks, fabric_checks, kube_checks, software_checks
 from provisioner.inventory.fields import parse_ipv4
 from provisioner.inventory.findings import Category, Finding, Severity
 from provisioner.inventory.kube_checks import node_roles
@@ -308,6 +308,7 @@ def _budgets(loaded: LoadedSite, emit: Emit, basis: power.Basis) -> None:
                      f"{psu.count // 2} of {psu.count} PSUs and needs {psu.needed} for full "
                      "power", "expect reduced performance on a feed loss, or wire PSUs for it",
                      severity=Severity.WARNING, category=Category.BUDGET)
+    circuit_checks.check(loaded, emit, report)
 
 
 def _psu_not_n_plus_n(loaded: LoadedSite) -> dict[str, list[tuple[int, BlockType]]]:

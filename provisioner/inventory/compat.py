@@ -1,8 +1,8 @@
 """Software compatibility rules as data.
 
 CUDA toolkit -> minimum Linux x86_64 driver: NVIDIA CUDA release notes, Table 3 "CUDA Toolkit
-and Corresponding Driver Versions" (docs.nvidia.com/cuda/cuda-toolkit-release-notes/), as
-transcribed in shared/reference/DOMAIN.md §3 [S]. Keys are (major, minor, update).
+and Corresponding Driver Versions" (docs.nvidia.com/cuda/cuda-toolkit-release-notes/,
+the CUDA 13.2 Update 2 edition). Keys are (major, minor, update).
 """
 
 from __future__ import annotations

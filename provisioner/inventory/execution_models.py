@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from provisioner.inventory.fields import BmcAddress, LocalPath, Model, Name
+from provisioner.inventory.fields import Host, LocalPath, Model, Name
 
 # A command path on the execution node: it reaches a remote shell, so no shell syntax.
 RemotePath = Annotated[str, Field(pattern=r"^[A-Za-z0-9_./+-]{1,1024}$")]
@@ -21,7 +21,7 @@ class ExecutionNode(Model):
     """One execution node, and how the controller reaches it over SSH (key path only)."""
 
     name: Name
-    address: BmcAddress  # an IP address or DNS name
+    address: Host  # an IP address or DNS name
     user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")] = "root"
     port: int = Field(default=22, ge=1, le=65535)
     private_key_file: LocalPath | None = Field(

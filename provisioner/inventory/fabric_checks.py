@@ -24,6 +24,25 @@ from provisioner.inventory.loader import LoadedSite
 
 Emit = Callable[..., None]
 
+# What each switch OS renderer (provisioner/fabric/) can set of software.roce; the renderers
+# refuse (fabric.base.require_expressible) and validate refuses (_expressible) by this one
+# table. NVUE's `nv set qos roce` (Cumulus Linux 5.14, "RDMA over Converged Ethernet - RoCE")
+# and Onyx's `roce lossless` (Onyx 3.10.4100, "RoCE Commands") program NVIDIA's classes,
+# DSCP 26 on priority 3 and CNP DSCP 48 on priority 6, whatever else is set. SONiC and EOS
+# render the DSCP map and PFC as given; IOS renders no RoCE QoS (`fabric check` says so).
+NVIDIA_ROCE_CLASSES = (26, 3, 48, 6)  # RoCE DSCP, RoCE priority, CNP DSCP, CNP priority
+FIXED_CLASS_RENDERERS = {"cumulus": "NVUE", "onyx": "Onyx"}
+
+
+def cannot_express(nos: str, classes: tuple[int, int, int, int]) -> str | None:
+    """Why the renderer of switch OS `nos` cannot set these RoCE classes (RoCE DSCP and
+    priority, CNP DSCP and priority); None when it can."""
+    renderer = FIXED_CLASS_RENDERERS.get(nos)
+    if renderer is None or classes == NVIDIA_ROCE_CLASSES:
+        return None
+    return (f"the {renderer} renderer sets NVIDIA's default RoCE classes only (DSCP 26 -> "
+            "priority 3, CNP DSCP 48 -> priority 6)")
+
 
 def check(loaded: LoadedSite, emit: Emit) -> None:
     site = loaded.site
@@ -31,11 +50,13 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     _sonic_lossless(loaded, eps, emit)
     if not (site.cabling.links or site.cabling.rules):
         _not_cabled(loaded, eps, emit)
+        _expressible(loaded, eps, [], emit)  # uplinks alone are rendered too
         return
     _eos_queue(eps, emit)
     links = list(resolve(site, loaded.catalog))
     _rules_have_leaves(loaded, eps, emit)
     _cabled_once(loaded, eps, links, emit)
+    _expressible(loaded, eps, links, emit)
     _ports(eps, links, emit)
     _mtu(links, emit)
     _oversubscription(loaded, eps, links, emit)
@@ -79,6 +100,32 @@ def _eos_queue(eps: dict[str, Endpoint], emit: Emit) -> None:
             emit("eos-queue-not-eos", (*where, "eos_queue"),
                  f"{ep.node.hostname}: eos_queue is for EOS switches; this one runs {mgmt.os}",
                  "remove eos_queue", severity=Severity.WARNING)
+
+
+def _expressible(loaded: LoadedSite, eps: dict[str, Endpoint], links: list[ResolvedLink],
+                 emit: Emit) -> None:
+    """The switches a config is rendered for (cabled ports or uplinks, and management)
+    whose OS renderer cannot set the site's RoCE classes: every fabric command, and `up`'s
+    fabric step, would stop at them."""
+    roce = loaded.site.software.roce
+    classes = (roce.dscp, roce.priority, roce.cnp_dscp, roce.cnp_priority)
+    cabled = {link.switch for link in links} | {u.switch for u in loaded.site.cabling.uplinks}
+    by_nos: dict[str, list[str]] = {}
+    for name, ep in eps.items():
+        if name in cabled and is_switch(ep) and ep.node.management is not None:
+            by_nos.setdefault(ep.node.management.os, []).append(name)
+    changed = next((key for key, value, default in zip(
+        ("dscp", "priority", "cnp_dscp", "cnp_priority"), classes, NVIDIA_ROCE_CLASSES,
+        strict=True) if value != default), "dscp")
+    for nos, names in by_nos.items():
+        why = cannot_express(nos, classes)
+        if why is not None:
+            emit("roce-classes-not-expressible", ("software", "roce", changed),
+                 f"software.roce DSCP {roce.dscp} -> priority {roce.priority}, CNP DSCP "
+                 f"{roce.cnp_dscp} -> priority {roce.cnp_priority}: {why} "
+                 f"({', '.join(names[:3])} run {nos})",
+                 "use the default software.roce classes (dscp 26, priority 3, cnp_dscp 48, "
+                 f"cnp_priority 6) on a site with {nos} switches")
 
 
 def _not_cabled(loaded: LoadedSite, eps: dict[str, Endpoint], emit: Emit) -> None:

@@ -6,20 +6,29 @@ Audit of the models' free-text fields (what each one reaches, and why it is safe
     Node.labels            kubelet --node-labels / kubeadm config: Kubernetes label syntax
     Kubernetes.version     kubeadm, apt pins and package names: x.y.z only
     Gpus.model             the provisioner.io/gpu-model label value and group names
-    Software.mirror        a line of apt's sources.list: an http(s) or file URL, no spaces
+    Software.mirror, mirror_arm64, sources.manifests
+                           a line of apt's sources.list, a get_url base: an http(s) or
+                           file URL (MirrorUrl: no spaces, no login, its host a Host)
+    sources.registry_mirror, sources.helm_repo, Provisioning.iso_url
+                           containerd's mirror endpoint, helm's repository, the URL a BMC
+                           fetches: http(s) only (HttpUrl), no login, its host a Host
     Software.mirror_suites the suite field of those lines: a Debian suite name, no spaces
     Ssh.private_key_file   ansible_ssh_private_key_file (ssh -i): a plain path
     Software.mirror_key    the source of the role's key copy: a plain path
     Software.ca_certificate  the source of the role's CA copy: a plain path (render also
                            refuses a file that is no certificate, or holds a private key)
-    Bmc.address            the host part of the Redfish URL and ipmitool/pyghmi targets:
-                           a host name or an IP address, nothing that moves the request
-                           ("/", "@", "?") elsewhere
+    Bmc.address, SwitchAccess.address, ExecutionNode.address, sources.ntp_servers
+                           what a connection is opened to (Redfish URL, pyghmi, netmiko,
+                           ssh, chrony.conf): one Host type, an IPv4 or IPv6 literal or an
+                           RFC 1123 host name, nothing else (no "user:password@", no "/",
+                           no shell characters, nothing starting with "-")
+    Kubernetes.load_balancer  the API endpoint kubeadm and the kubeconfigs name: HostPort,
+                           a Host with an optional :port
     Bmc.system_id          a path segment of the Redfish URL: no "/" and no ".."
     Credentials.username   sent to the BMC or switch: no control characters
   checked by the general types below (host and other names, RFC 1123; MACs; addresses
     and CIDRs, typed) or in the models: versions and interface names
-    (software_models.py), ssh.user, iso_url, lab_overlay, enums.
+    (software_models.py), ssh.user, lab_overlay, enums.
   safe without a pattern (never rendered, never on a command line): BlockType.description,
     estimated, sources, Nic.model, Feed.name, SiteMeta.description (reports only; the
     console escapes markup); SecretRef.file/vault and Tls.ca_bundle (paths the tool itself
@@ -29,9 +38,10 @@ Audit of the models' free-text fields (what each one reaches, and why it is safe
 from __future__ import annotations
 
 import re
-from ipaddress import IPv4Address, IPv4Network
+from ipaddress import IPv4Address, IPv4Network, IPv6Address
 from socket import AF_INET, inet_ntop, inet_pton
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -52,7 +62,6 @@ PATH_RE = r"^[A-Za-z0-9_.,/~+@=:-]{1,4096}$"
 MIRROR_RE = "^(https?://[^\\s'\"\\\\<>{}|^`]+|file:///[^\\s'\"\\\\<>{}|^`]*)$"
 # a suite (distribution) of a sources.list line: jammy, jammy-updates, noble-security
 SUITE_RE = r"^[a-z0-9][a-z0-9.+-]{0,63}$"
-BMC_ADDRESS_RE = r"^[A-Za-z0-9]([A-Za-z0-9.:%-]*[A-Za-z0-9])?$|^::1?$"
 SYSTEM_ID_RE = r"^[A-Za-z0-9_:-][A-Za-z0-9_.:-]{0,127}$"  # no "/", and not "." or ".."
 NO_CONTROL_RE = r"^[^\x00-\x1f\x7f]+$"
 # One OpenSSH public key line (type, base64, optional plain comment): it is rendered into
@@ -112,12 +121,9 @@ LabelKey = Annotated[str, AfterValidator(_label_key)]
 LabelValue = Annotated[str, BeforeValidator(_text), AfterValidator(_label_value)]
 KubeVersion = Annotated[str, BeforeValidator(_kube_version_in), AfterValidator(_kube_version)]
 GpuModel = Annotated[str, Field(min_length=1, max_length=63, pattern=LABEL_NAME_RE.pattern)]
-MirrorUrl = Annotated[str, Field(max_length=2048, pattern=MIRROR_RE),
-                     AfterValidator(_no_login)]
 LocalPath = Annotated[str, Field(pattern=PATH_RE)]
 Suite = Annotated[str, Field(pattern=SUITE_RE)]
 PublicKey = Annotated[str, Field(max_length=16_384, pattern=PUBLIC_KEY_RE)]
-BmcAddress = Annotated[str, Field(min_length=1, max_length=253, pattern=BMC_ADDRESS_RE)]
 SystemId = Annotated[str, Field(pattern=SYSTEM_ID_RE)]
 UserName = Annotated[str, Field(min_length=1, max_length=64, pattern=NO_CONTROL_RE)]
 
@@ -196,6 +202,102 @@ Name = Annotated[str, AfterValidator(_name), WithJsonSchema(
 Mac = Annotated[str, AfterValidator(_mac), WithJsonSchema(
     {"type": "string", "pattern": r"^\s*[0-9A-Fa-f]{2}([:-][0-9A-Fa-f]{2}){5}\s*$",
      "description": "MAC address, six hex pairs such as 52:54:00:12:34:56"})]
+
+
+# ---------------------------------------------------------------- hosts and URLs
+# Every inventory value a connection is opened to is one of these (see the audit above).
+
+_DNS_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+# RFC 1123 section 2.1 host name: dot-separated labels, at most 253 characters in all.
+HOST_NAME_RE = re.compile(rf"^(?=.{{1,253}}$){_DNS_LABEL}(\.{_DNS_LABEL})*$")
+_HOST_SCHEMA: dict[str, Any] = {
+    "type": "string", "maxLength": 253,
+    "anyOf": [{"pattern": HOST_NAME_RE.pattern}, {"pattern": r"^[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*$"}],
+    "description": "an IPv4 or IPv6 address, or an RFC 1123 host name"}
+HOST_RULE = ("write an IPv4 or IPv6 address or a host name (letters, digits, '-' and '.'), "
+             "with nothing around it: no user:password@, no scheme, path or port")
+
+
+def _host(value: str) -> str:
+    """An IP literal or an RFC 1123 host name: nothing a URL, ssh or a shell would read as
+    more than a host (a login, a path, an option, a second word). The value is never put
+    in the message: a mistyped "user:password@host" must not reach a CI log."""
+    if parse_ipv4(value) is not None:
+        return value
+    if ":" in value:
+        try:
+            IPv6Address(value)
+        except ValueError:
+            raise ValueError(f"not an IP address or host name: {HOST_RULE}") from None
+        if "%" in value:
+            raise ValueError("an IPv6 zone (%interface) cannot be used: give a routable "
+                             "address or a host name")
+        return value
+    if not HOST_NAME_RE.match(value):
+        raise ValueError(f"not an IP address or host name: {HOST_RULE}")
+    if value.rsplit(".", 1)[-1].isdigit():  # RFC 1123 2.1: a name never looks numeric
+        raise ValueError("not an IP address: write four numbers 0-255, such as 10.0.0.1 "
+                         "(or a host name whose last label is not a number)")
+    return value
+
+
+def _host_port(value: str) -> str:
+    """host[:port], or [IPv6]:port (the port is then required: without one the address
+    would read as host:port)."""
+    host, port = value, ""
+    if value.startswith("["):
+        host, sep, port = value[1:].partition("]:")
+        if not sep or ":" not in host:
+            raise ValueError("write an IPv6 endpoint as [address]:port, such as [fd00::10]:6443")
+    elif value.count(":") == 1:
+        host, port = value.split(":")
+    elif ":" in value:
+        raise ValueError("write an IPv6 endpoint as [address]:port, such as [fd00::10]:6443")
+    if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError("the port after ':' must be a number 1-65535")
+    _host(host)
+    return value
+
+
+def _url(schemes: tuple[str, ...]) -> Any:
+    """A validator: the URL's scheme is one of `schemes`, it holds no login, and its host
+    is a Host (file: URLs have none). The URL is never put in the message."""
+    def check(url: str) -> str:
+        _no_login(url)
+        parts = urlsplit(url)
+        if parts.scheme not in schemes:
+            raise ValueError(f"the URL must start with {' or '.join(s + '://' for s in schemes)}")
+        if parts.scheme == "file":
+            if parts.netloc:
+                raise ValueError("write a file URL with three slashes: file:///srv/mirror")
+            return url
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError("the URL's port must be a number 1-65535") from None
+        host = parts.hostname or ""
+        if not host or port == 0:
+            raise ValueError("the URL names no host (or port 0)")
+        try:
+            _host(host)
+        except ValueError as exc:
+            raise ValueError(f"the URL's host: {exc}") from None
+        return url
+    return AfterValidator(check)
+
+
+Host = Annotated[str, Field(min_length=1, max_length=253), AfterValidator(_host),
+                 WithJsonSchema(_HOST_SCHEMA)]
+HostPort = Annotated[str, Field(min_length=1, max_length=261), AfterValidator(_host_port),
+                     WithJsonSchema({
+                         "type": "string", "maxLength": 261,
+                         "pattern": r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?$",
+                         "description": "host[:port], or [IPv6 address]:port"})]
+# apt's sources.list lines and get_url bases: http(s), or a file URL on the node itself.
+MirrorUrl = Annotated[str, Field(max_length=2048, pattern=MIRROR_RE),
+                      _url(("http", "https", "file"))]
+# What a daemon or a BMC fetches over the network: containerd, helm, virtual media.
+HttpUrl = Annotated[str, Field(max_length=2048, pattern=MIRROR_RE), _url(("http", "https"))]
 
 
 class Model(BaseModel):

@@ -15,6 +15,19 @@ from provisioner.inventory.models import BlockKind, BlockType, NetworkKind, Node
 
 Emit = Callable[..., None]
 GPU_TAINT = "nvidia.com/gpu=present:NoSchedule"
+# The roles install Kubernetes 1.x only: pkgs.k8s.io serves one repository per v1.<minor>
+# (sources.py), and roles/kubernetes/tasks/validate.yml fails any other version.
+KUBERNETES_MAJOR = 1
+
+
+def kubernetes_major_problem(version: str) -> tuple[str, str] | None:
+    """(message, hint) when the roles would refuse this Kubernetes version's major."""
+    major = compat.version_tuple(version)[0]
+    if major == KUBERNETES_MAJOR:
+        return None
+    return (f"Kubernetes {version}: the roles install Kubernetes {KUBERNETES_MAJOR}.x only "
+            f"(pkgs.k8s.io publishes a repository per v{KUBERNETES_MAJOR}.<minor>), not major "
+            f"{major}", "pin a 1.x release, such as 1.31.4")
 
 
 def node_roles(node: Node, kind: BlockKind) -> tuple[Role, ...]:
@@ -38,6 +51,8 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     k8s = loaded.site.software.kubernetes
     if k8s is None:
         return
+    if (major := kubernetes_major_problem(k8s.version)) is not None:
+        emit("kubernetes-major", ("software", "kubernetes", "version"), *major)
     control = members = gpu_tainted = 0
     for p in loaded.site.placements:
         block = loaded.catalog.get(p.block)

@@ -1,122 +1,57 @@
 """Load a site inventory (one YAML file or a directory of them) into a typed Site.
 
-YAML is parsed with libyaml's safe loader only. The composed node tree is kept beside the
-data so that a finding's key path can be turned into file:line:column *when it is needed*:
-the happy path pays nothing for line numbers, which keeps a 10,000-node check close to the
-cost of the bare parse (bench/inventory_scale.py).
+YAML is parsed with libyaml's safe loader only, from its events (yamltree.py): the data,
+and beside it a compact table of where each node starts, so that a finding's key path
+becomes file:line:column when it is needed (sourcemap.py). Memory stays a small multiple
+of the YAML's size, and a site too large for the memory available is refused by name
+before it is parsed (bench/inventory_scale.py measures both).
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from provisioner import outdir, resources
 from provisioner.errors import InventoryError
 from provisioner.inventory import lab_overlay
 from provisioner.inventory.findings import Finding, Location, Severity
-from provisioner.inventory.models import BlockType, Site
+from provisioner.inventory.models import BlockType, Placement, Site
+from provisioner.inventory.sourcemap import PathPart, SourceMap, _Part
 from provisioner.inventory.yamlsafe import (
     MAX_EXPANDED_NODES,
-    MAX_FILE_BYTES,
     Lines,
     Loader,
+    available_memory_bytes,
+    check_memory,
     fail,
     gc_paused,
+    memory_error,
     node_budget,
     parse,
+    parse_tree,
+    read_file,
 )
+from provisioner.inventory.yamltree import MAPPING
 
-PathPart = str | int
 KeyPath = tuple[PathPart, ...]
 
-LIST_KEYS = ("catalog", "networks", "racks", "placements")
+LIST_KEYS = ("catalog", "networks", "circuits", "racks", "placements")
 DICT_KEYS = ("credentials",)
 SINGLE_KEYS = ("site", "software")
 TOP_LEVEL_KEYS = frozenset(LIST_KEYS + DICT_KEYS + SINGLE_KEYS)
+# the header of every file provisioner renders (a switch config from `fabric render --out`)
+GENERATED = b"Rendered by provisioner"
 
 # pydantic reports every bad item; past this many, the rest are summed up in one finding.
 MAX_SCHEMA_FINDINGS = 200
-
-
-@dataclass(frozen=True, slots=True)
-class _Segment:
-    """One file's contribution to a top-level key."""
-
-    file: str
-    key_node: yaml.Node
-    value_node: yaml.Node
-    offset: int  # index of this file's first item in the merged list
-
-
-@dataclass
-class SourceMap:
-    """Resolve a key path in the merged document to a place in one file."""
-
-    segments: dict[str, list[_Segment]] = field(default_factory=dict)
-    files: list[str] = field(default_factory=list)
-    lines: dict[str, Lines] = field(default_factory=dict)
-
-    def position(self, file: str, mark: Any) -> tuple[int, int]:
-        """1-based line and column as an editor shows them (see yamlsafe.Lines)."""
-        return self.lines.get(file, Lines()).position(mark)
-
-    def locate(self, path: Sequence[PathPart], *, at_key: bool = False) -> Location:
-        if not path or not isinstance(path[0], str) or path[0] not in self.segments:
-            first = self.files[0] if self.files else "<inventory>"
-            return Location(first, 1, 1, _dotted(path) or "(top level)")
-        top, rest = path[0], list(path[1:])
-        segs = self.segments[top]
-        seg = segs[0]
-        if rest and isinstance(rest[0], int):
-            for s in segs:
-                n = len(s.value_node.value) if isinstance(s.value_node, yaml.SequenceNode) else 0
-                if s.offset <= rest[0] < s.offset + n:
-                    seg = s
-                    rest[0] -= s.offset
-                    break
-        elif rest and isinstance(rest[0], str):
-            for s in segs:
-                if _child(s.value_node, rest[0]) is not None:
-                    seg = s
-                    break
-        node, key_node = seg.value_node, seg.key_node
-        shown_parts: list[PathPart] = [top]
-        for part in rest:
-            child = _child(node, part)
-            if child is None:
-                break
-            key_node, node = child
-            shown_parts.append(part)
-        line, col = self.position(seg.file, key_node.start_mark if at_key else node.start_mark)
-        return Location(seg.file, line, col, _dotted(shown_parts))
-
-
-def _child(node: yaml.Node | None, part: PathPart) -> tuple[yaml.Node, yaml.Node] | None:
-    if isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-        if 0 <= part < len(node.value):
-            item: yaml.Node = node.value[part]
-            return item, item
-        return None
-    if isinstance(node, yaml.MappingNode):
-        for k, v in reversed(node.value):  # the last duplicate key wins, as in the data
-            if isinstance(k, yaml.ScalarNode) and k.value == str(part):
-                return k, v
-    return None
-
-
-def _dotted(path: Iterable[PathPart]) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 @dataclass(frozen=True)
@@ -140,16 +75,7 @@ class LoadedSite:
 
 def _parse_file(path: Path, display: str, budget: int = MAX_EXPANDED_NODES
                 ) -> tuple[Any, yaml.Node | None, Lines, int]:
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise fail(display, 1, 1, f"file is {size} bytes; the limit is {MAX_FILE_BYTES}",
-                       "split the inventory into several files in one directory")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InventoryError(f"{display}: cannot read: {exc.strerror}",
-                             hint="check the path and its permissions") from None
-    return parse(raw, display, budget)
+    return parse(read_file(path, display), display, budget)
 
 
 def _inventory_files(root: Path) -> list[Path]:
@@ -158,11 +84,16 @@ def _inventory_files(root: Path) -> list[Path]:
     if not root.is_dir():
         raise InventoryError(f"{root}: no such inventory file or directory",
                              hint="pass a site directory such as inventories/example")
+    # What is never inventory: hidden and _ names (.provision/, where every command writes by
+    # default), release bundles (bundle_models.py), and a directory a render generated (its
+    # marker: an Ansible project or boot files written there with --out).
+    outputs = {p.parent for p in root.rglob(outdir.MARKER) if p.is_file()}
     files = sorted(
         p for p in root.rglob("*")
         if p.suffix in (".yaml", ".yml") and p.is_file()
         and not any(part.startswith((".", "_")) for part in p.relative_to(root).parts)
-        and p.relative_to(root).parts[0] != "bundles"  # release bundles: bundle_models.py
+        and p.relative_to(root).parts[0] != "bundles"
+        and not any(d in outputs for d in p.parents)
     )
     if not files:
         raise InventoryError(f"{root}: no *.yaml files in this directory",
@@ -177,37 +108,42 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def _merge(root: Path) -> tuple[dict[str, Any], SourceMap]:
+def _merge(root: Path, files: list[Path]) -> tuple[dict[str, Any], SourceMap]:
     merged: dict[str, Any] = {}
     smap = SourceMap()
     problems: list[Finding] = []
-    files = _inventory_files(root)
     # shared by all files: many files are not a way around it
     budget = node_budget(files, MAX_EXPANDED_NODES)
     for path in files:
         display = _display(path)
         smap.files.append(display)
-        data, node, smap.lines[display], used = _parse_file(path, display, budget)
+        text = read_file(path, display)
+        data, tree, smap.lines[display], used = parse_tree(text, display, budget)
         budget -= used
-        if data is None:
+        if data is None or tree is None:
             continue
-        if not isinstance(data, dict) or not isinstance(node, yaml.MappingNode):
+        if not isinstance(data, dict) or tree.kind(0) != MAPPING:
+            hint = ("this file is provisioner's output, not inventory: move it out of the "
+                    "site directory (commands write into .provision/ by default, which is "
+                    "skipped)" if GENERATED in text[:400]
+                    else "start the file with 'site:' or 'racks:'")
             problems.append(Finding("inventory-file", Severity.ERROR,
                                     "the top level must be a mapping of keys such as site, racks",
-                                    "start the file with 'site:' or 'racks:'",
-                                    Location(display, 1, 1, "(top level)")))
+                                    hint, Location(display, 1, 1, "(top level)")))
             continue
-        for knode, vnode in node.value:
-            key = knode.value if isinstance(knode, yaml.ScalarNode) else None
+        for pair, (knode, vnode) in enumerate(tree.pairs(0)):
+            key = tree.text(knode)
             if not isinstance(key, str) or key not in data:
                 continue
             value = data[key]
-            seg_list = smap.segments.setdefault(key, [])
-            loc = Location(display, *smap.position(display, knode.start_mark), key)
+            seg_list = smap.parts.setdefault(key, [])
+            loc = Location(display, *tree.position(knode), key)
+            count = len(value) if isinstance(value, list) else 0
             if key in LIST_KEYS and isinstance(value, list):
                 prior = merged.setdefault(key, [])
                 if isinstance(prior, list):
-                    seg_list.append(_Segment(display, knode, vnode, len(prior)))
+                    seg_list.append(_Part(display, path, tree, knode, vnode, len(prior),
+                                          count, pair))
                     prior.extend(value)
                     continue
             elif key in DICT_KEYS and isinstance(value, dict):
@@ -219,7 +155,7 @@ def _merge(root: Path) -> tuple[dict[str, Any], SourceMap]:
                             "duplicate-key", Severity.ERROR,
                             f"{key}.{dup[0]} is defined in more than one file",
                             "define each entry once", loc))
-                    seg_list.append(_Segment(display, knode, vnode, 0))
+                    seg_list.append(_Part(display, path, tree, knode, vnode, 0, count, pair))
                     prior.update(value)
                     continue
             if key in merged:
@@ -227,11 +163,12 @@ def _merge(root: Path) -> tuple[dict[str, Any], SourceMap]:
                 problems.append(Finding(
                     "duplicate-key", Severity.ERROR,
                     f"'{key}' is already defined in "
-                    f"{first.file}:{smap.position(first.file, first.key_node.start_mark)[0]}",
+                    f"{first.file}:{first.tree.position(first.key)[0]}",
                     f"define '{key}' in one file only", loc))
                 continue
-            seg_list.append(_Segment(display, knode, vnode, 0))
+            seg_list.append(_Part(display, path, tree, knode, vnode, 0, count, pair))
             merged[key] = value
+        data = value = None  # the file's own lists would keep every item alive
     if problems:
         raise InventoryError(problems[0].format(), findings=problems)
     return merged, smap
@@ -243,7 +180,7 @@ def _merge(root: Path) -> tuple[dict[str, Any], SourceMap]:
 @cache
 def shipped_catalog() -> dict[str, BlockType]:
     """The building blocks shipped with the tool (catalog.yaml beside this module)."""
-    text = resources.files("provisioner.inventory").joinpath("catalog.yaml").read_bytes()
+    text = resources.package_bytes("provisioner.inventory", "catalog.yaml")
     data = yaml.load(text, Loader=Loader)  # noqa: S506 - CSafeLoader is the safe loader
     blocks = TypeAdapter(list[BlockType]).validate_python(data["blocks"])
     return {b.name: b for b in blocks}
@@ -321,7 +258,7 @@ def _schema_findings(exc: ValidationError, smap: SourceMap) -> list[Finding]:
         elif "inline secret" in msg:
             hint = "put the password in an environment variable or a 0600 file and reference it"
         elif kind.startswith(("string_", "int_", "float_", "bool_", "literal_", "enum")):
-            hint = "see the inventory reference in README.md for the allowed values"
+            hint = "see the inventory reference in docs/inventory.md for the allowed values"
         location = smap.locate(loc, at_key=at_key)
         code = "inline-secret" if "inline secret" in msg else f"schema-{kind}"
         findings.append(Finding(code, Severity.ERROR, msg, hint, location))
@@ -348,7 +285,7 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path
     if not path.is_file():
         return frozenset(), {}
     display = _display(path)
-    data, _, _, _ = _parse_file(path, display)
+    data = parse_tree(read_file(path, display), display)[0]
     if not isinstance(data, dict) or not isinstance(data.get("bmc"), dict):
         raise fail(display, 1, 1, "the lab overlay is damaged",
                     "run `provision lab down` and `provision lab up` again")
@@ -359,14 +296,48 @@ def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path
 
 
 def load(path: str | Path) -> LoadedSite:
-    """Load and schema-check a site; raise InventoryError with findings on any error."""
-    with gc_paused():
-        return _load(Path(path))
+    """Load and schema-check a site; raise InventoryError with findings on any error,
+    including a site too large for the memory this process has (refused before parsing
+    when its size says so, else when the memory runs out)."""
+    root = Path(path)
+    files = _inventory_files(root)
+    size_bytes = sum(_size(p) for p in files)
+    check_memory(_display(root), size_bytes, available_memory_bytes())
+    try:
+        with gc_paused():
+            return _load(root, files)
+    except MemoryError:
+        pass  # out of the handler first: its traceback holds what was being built
+    raise memory_error(_display(root), size_bytes, available_memory_bytes(), ran_out=True)
 
 
-def _load(root: Path) -> LoadedSite:
-    merged, smap = _merge(root)
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # unreadable: _read says so, by name
+        return 0
+
+
+def _validate_placements(merged: dict[str, Any]) -> None:
+    """Turn each valid placement into its model in place, so its plain data is freed as
+    the next one is built: the site's data and its models are never both whole in memory.
+    An invalid placement stays data and Site.model_validate reports it where it would have
+    (a model instance passes Site's validation as it is: revalidate_instances 'never')."""
+    items = merged.get("placements")
+    if not isinstance(items, list):
+        return
+    for i, item in enumerate(items):
+        if isinstance(item, dict):
+            try:
+                items[i] = Placement.model_validate(item)
+            except ValidationError:
+                continue
+
+
+def _load(root: Path, files: list[Path]) -> LoadedSite:
+    merged, smap = _merge(root, files)
     lab_hosts, lab_switches = _apply_lab_overlay(merged, root if root.is_dir() else root.parent)
+    _validate_placements(merged)
     try:
         site = Site.model_validate(merged)
     except ValidationError as exc:

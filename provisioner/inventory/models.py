@@ -33,8 +33,9 @@ from provisioner.inventory.fields import (
     HOSTNAME_RE,
     MAC_RE,
     NAME_RE,
-    BmcAddress,
+    Host,
     Hostname,
+    HttpUrl,
     IPv4Addr,
     IPv4Net,
     LabelKey,
@@ -74,6 +75,7 @@ __all__ = [
     "BmcProtocol",
     "BootMethod",
     "Cabling",
+    "Circuit",
     "Credentials",
     "Dcgm",
     "FabricManager",
@@ -169,7 +171,7 @@ class BmcProtocol(StrEnum):
 
 class Bmc(Model):
     protocol: BmcProtocol = Field(description="redfish or ipmi")
-    address: BmcAddress = Field(description="BMC IP address or name")
+    address: Host = Field(description="BMC IP address or host name")
     port: int | None = Field(default=None, ge=1, le=65535,
                              description="TCP/UDP port (default 443, 80 for http, 623 IPMI)")
     credentials: Name = Field(description="name of an entry under credentials")
@@ -192,9 +194,9 @@ class SwitchAccess(Model):
         description="switch operating system")
     credentials: Name = Field(description="name of an entry under credentials")
     port: int = Field(default=22, ge=1, le=65535, description="SSH port")
-    address: str | None = Field(default=None, min_length=1, max_length=253,
-                                description="SSH address; default: the node's address on "
-                                "the management network")
+    address: Host | None = Field(default=None,
+                                 description="SSH address (IP or host name); default: the "
+                                 "node's address on the management network")
     # Arista names a port's egress queue by the switch's ASIC: `tx-queue N` on the
     # Jericho-based 7280R/7500R/7800R, `uc-tx-queue N` (unicast) on the Trident- and
     # Tomahawk-based 7050X/7060X/7260X/7388X (EOS QoS chapter; arista.avd renders both).
@@ -254,6 +256,27 @@ class Feed(Model):
     # NEC 210.20(A)/215.3 continuous load: breaker >= 125 % of load, so 80 % usable.
     derating: float = Field(default=0.8, gt=0, le=1.0,
                             description="fraction usable continuously (NEC: 0.8)")
+    # The upstream breaker or busway this feed hangs off, when it feeds other racks too:
+    # power.py sums every rack on one circuit against that circuit's own rating.
+    circuit: Name | None = Field(default=None,
+                                 description="upstream circuit (PDU breaker, busway) under "
+                                 "circuits: that feeds this and maybe other racks")
+
+
+class Circuit(Model):
+    """An upstream circuit (panel or floor-PDU breaker, busway tap) that can feed several
+    racks' feeds: their worst-case loads add up on it. Rated like a feed."""
+
+    name: Name = Field(description="circuit name, unique in the site, such as pdu1-cb12")
+    description: str = Field(default="", max_length=200,
+                             description="where it is, such as 'floor PDU 1, breaker 12'")
+    phase: Literal["single", "three"] = Field(description="single or three phase")
+    voltage_v: float = Field(gt=0, le=1000, description="voltage, V (line-to-line for three)")
+    breaker_a: float = Field(gt=0, le=5000, description="breaker or busway rating, A")
+    # NEC 210.20(A) (branch circuits) and 215.3 (feeders): 125 % of the continuous load.
+    derating: float = Field(default=0.8, gt=0, le=1.0,
+                            description="fraction usable continuously (NEC: 0.8; 1.0 for "
+                            "an assembly listed for 100 % continuous operation)")
 
 
 class Rack(Model):
@@ -268,7 +291,7 @@ class Rack(Model):
     cooling_kw: float = Field(gt=0, le=500, description="heat the room can remove, kW")
     inlet_ashrae_class: Literal["A1", "A2", "A3", "A4"] | None = Field(
         default=None, description="ASHRAE inlet air class")
-    # Power factor to turn W into VA; no vendor figure was found (DOMAIN.md §1.3 [U]).
+    # Power factor to turn W into VA; no NVIDIA or OEM document gives one for these systems.
     power_factor: float = Field(default=0.95, gt=0.5, le=1.0,
                                 description="W -> VA power factor (no vendor figure; set yours)")
     # Air temperature rise across the rack, used for the airflow figure.
@@ -323,7 +346,7 @@ class Provisioning(Model):
 
     boot: BootMethod = "pxe"
     # The installer ISO a BMC mounts when boot is virtual_media (http or https).
-    iso_url: Annotated[str, Field(pattern="^https?://[^\\s'\"]+$", max_length=2048)] | None = Field(
+    iso_url: HttpUrl | None = Field(
         default=None, description="installer ISO URL, for boot: virtual_media")
     # An unattended Ubuntu install takes 10-40 min on real hardware; SSH must answer in this.
     os_timeout_s: float = Field(default=3600, gt=0, le=86_400,
@@ -357,6 +380,7 @@ class Site(Model):
     catalog: tuple[BlockType, ...] = ()
     credentials: dict[Name, Credentials] = Field(default_factory=dict)
     networks: tuple[Network, ...] = ()
+    circuits: tuple[Circuit, ...] = ()
     racks: tuple[Rack, ...] = Field(min_length=1)
     placements: tuple[Placement, ...] = ()
     software: Software = Software()

@@ -31,7 +31,8 @@ def _gpu_blocks(loaded: LoadedSite) -> Iterator[tuple[int, str]]:
 
 LAST_PRE_TURING_BRANCH = 580  # the last driver branch for Maxwell, Pascal and Volta
 # The first driver branch for an architecture: CUDA 12.8 is the first release that builds
-# for Blackwell (sm_100; CUDA 12.8 release notes) and needs driver 570.26 (DOMAIN.md §3).
+# for Blackwell (sm_100; CUDA 12.8 release notes) and needs driver 570.26 (CUDA release
+# notes, Table 3).
 FIRST_BRANCH = {"blackwell": 570, "grace_blackwell": 570}
 
 
@@ -42,6 +43,9 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     gpu_places = list(_gpu_blocks(loaded))
     blocks = {name for _, name in gpu_places}
     archs = {loaded.catalog[b].gpu.architecture for b in blocks if loaded.catalog[b].gpu}  # type: ignore[union-attr]
+    # the blocks that run fabric manager (NVSwitch) or IMEX: a site without (a DGX-1, PCIe
+    # servers) installs neither, so no finding speaks of them
+    fabric = sorted(b for b in blocks if loaded.catalog[b].nvswitch or loaded.catalog[b].imex)
     if gpu_places and drv is None:
         emit("no-driver", ("software",), "the site has GPU nodes but no software.nvidia_driver",
              "pin a driver branch, for example nvidia_driver: {branch: '570'}", at_key=True)
@@ -78,13 +82,13 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
                  f"proprietary kernel modules requested, but {', '.join(needs_open)} "
                  "(Blackwell/Grace) require the open modules",
                  "set kernel_modules: auto or open")
-        if sw.fabric_manager.version and drv.version and sw.fabric_manager.version != drv.version:
+        if fabric and sw.fabric_manager.version and drv.version \
+                and sw.fabric_manager.version != drv.version:
             emit("fabric-manager-version", ("software", "fabric_manager", "version"),
                  f"fabric manager {sw.fabric_manager.version} differs from driver {drv.version}; "
                  "Fabric Manager refuses to start unless the versions are equal",
                  f"set fabric_manager.version to {drv.version} or leave it out")
-        fabric = sorted(b for b in blocks if loaded.catalog[b].nvswitch or loaded.catalog[b].imex)
-        if sw.fabric_manager.version and not drv.version:
+        if fabric and sw.fabric_manager.version and not drv.version:
             # the roles install fabric manager at the driver's version (payload.py pins them
             # together): a fabric manager version on its own pins nothing
             emit("fabric-manager-version-without-driver-version",
@@ -107,7 +111,7 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
             _cuda(loaded, emit, sw.cuda, drv.branch, drv.version)
             if compat.cuda_key(sw.cuda) >= (13, 0, 0) and volta:
                 # CUDA 13.0 drops offline compilation for Maxwell, Pascal and Volta
-                # (CUDA 13 release notes, DOMAIN.md §3).
+                # (CUDA 13.0 release notes, docs.nvidia.com/cuda/cuda-toolkit-release-notes/).
                 emit("cuda-drops-architecture", ("software", "cuda"),
                      f"CUDA {sw.cuda} no longer supports Volta ({', '.join(volta)})",
                      "pin CUDA 12.x for sites with V100 systems")
@@ -154,7 +158,7 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
              f"driver {drv.version} from Canonical's archive: Ubuntu indexes only the "
              "current build of each package in each pocket, so this exact pin stops "
              "resolving for new nodes once Canonical publishes the next one (its modules "
-             "and fabric manager follow that build)",
+             + ("and fabric manager follow" if fabric else "follow") + " that build)",
              "drop nvidia_driver.version to follow the archive's build of the branch, or "
              "serve a snapshot that keeps it from software.mirror",
              severity=Severity.WARNING)

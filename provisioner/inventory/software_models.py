@@ -14,6 +14,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
 
 from provisioner.inventory.fields import (
+    Host,
+    HostPort,
+    HttpUrl,
     IPv4Addr,
     IPv4Net,
     KubeVersion,
@@ -88,8 +91,7 @@ class Kubernetes(Model):
     # planes, or the site's own load balancer (host[:port]). Neither: the first control plane.
     vip: IPv4Addr | None = Field(default=None,
                                  description="control-plane VIP, served by kube-vip")
-    load_balancer: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:\d{1,5})?$",
-                                        max_length=253)] | None = Field(
+    load_balancer: HostPort | None = Field(
         default=None, description="the site's API load balancer, host[:port]")
     cni: Literal["calico", "cilium", "flannel"] = "calico"
     pod_cidr: IPv4Net = Field(default=IPv4Network("10.244.0.0/16"),
@@ -107,13 +109,12 @@ class Kubernetes(Model):
 class Sources(Model):
     """Where the roles fetch from besides apt: an air-gapped site sets every one."""
 
-    registry_mirror: MirrorUrl | None = Field(
+    registry_mirror: HttpUrl | None = Field(
         default=None, description="container registry mirror for containerd (all registries)")
-    helm_repo: MirrorUrl | None = Field(default=None, description="Helm chart repository")
+    helm_repo: HttpUrl | None = Field(default=None, description="Helm chart repository")
     manifests: MirrorUrl | None = Field(
         default=None, description="base URL holding the CNI manifests (calico.yaml, ...)")
-    ntp_servers: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9]([A-Za-z0-9.:-]*[A-Za-z0-9])?$",
-                                            max_length=253)], ...] = Field(
+    ntp_servers: tuple[Host, ...] = Field(
         default=(), description="NTP servers (default: the distribution's pool)")
 
 
@@ -126,7 +127,11 @@ IFNAME_RE = r"^[A-Za-z0-9_.:-]{1,15}$"  # Linux IFNAMSIZ is 16 with the terminat
 
 
 class Roce(Model):
-    """RoCE QoS contract shared by host and switch (DOMAIN.md §2, NVIDIA lossless RoCE)."""
+    """RoCE QoS contract shared by host and switch (NVIDIA Cumulus Linux 5.14 'RDMA over
+    Converged Ethernet - RoCE',
+    https://docs.nvidia.com/networking-ethernet-software/cumulus-linux-514/Layer-1-and-Switch-Ports/Quality-of-Service/RDMA-over-Converged-Ethernet-RoCE/;
+    NVIDIA Onyx 'RoCE Commands',
+    https://docs.nvidia.com/networking/display/Onyxv31040100/RoCE+Commands)."""
 
     interfaces: tuple[Annotated[str, Field(pattern=IFNAME_RE)], ...] = ()
     dscp: int = Field(default=26, ge=0, le=63)

@@ -16,15 +16,18 @@ from __future__ import annotations
 import bisect
 import contextlib
 import gc
-from collections.abc import Iterator
+import resource
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from provisioner.errors import InventoryError
+from provisioner.inventory import yamltree
 from provisioner.inventory.findings import Finding, Location, Severity
+from provisioner.inventory.yamltree import Tree
 
 try:  # libyaml is in every PyYAML wheel for Linux; fall back rather than fail.
     Loader: type[yaml.CSafeLoader | yaml.SafeLoader] = yaml.CSafeLoader
@@ -39,6 +42,8 @@ MAX_DEPTH = 64
 MAX_EXPANDED_NODES = 1_000_000
 MAX_FILE_BYTES = 256 * 1024 * 1024
 _UNICODE_BREAKS = ("\x85", "\u2028", "\u2029")
+_UTF8_BREAKS = tuple(b.encode() for b in _UNICODE_BREAKS)
+_T = TypeVar("_T")
 
 
 def fail(file: str, line: int, col: int, message: str, hint: str, *,
@@ -56,6 +61,9 @@ class Lines:
 
     @classmethod
     def of(cls, raw: bytes) -> Lines:
+        if not raw.startswith((b"\xff\xfe", b"\xfe\xff")) and \
+                not any(b in raw for b in _UTF8_BREAKS):
+            return cls()  # UTF-8 without NEL, LS or PS: no need to decode a copy
         text = _decode(raw)
         if text is None or not any(b in text for b in _UNICODE_BREAKS):
             return cls()
@@ -154,7 +162,36 @@ def parse(raw: bytes, display: str, budget: int = MAX_EXPANDED_NODES
           ) -> tuple[Any, yaml.Node | None, Lines, int]:
     """(data, node tree, line table, expanded node count) of one YAML document, which may
     have at most `budget` nodes (a site's files share one budget); InventoryError on
-    anything else."""
+    anything else. The node tree costs ~45x the text: for small files (bundles)."""
+    def composed(loader: Any, lines: Lines) -> tuple[Any, yaml.Node | None]:
+        node = loader.get_single_node()
+        return (construct(loader, node) if node is not None else None), node
+
+    return _parse(raw, display, budget, composed)
+
+
+def parse_tree(raw: bytes, display: str, budget: int = MAX_EXPANDED_NODES
+               ) -> tuple[Any, Tree | None, Lines, int]:
+    """As `parse`, with yamltree's compact table of positions in place of the node tree:
+    what a site is loaded with (about 1 byte of memory per byte of text, not 45)."""
+    def compact(loader: Any, lines: Lines) -> tuple[Any, Tree | None]:
+        try:
+            return yamltree.build(loader, lines.starts)
+        except yamltree.Unsupported:  # merge keys, tagged collections: PyYAML's own path
+            loader.dispose()
+            loader = Loader(raw)
+            try:
+                node = loader.get_single_node()
+                data = construct(loader, node) if node is not None else None
+                return data, (yamltree.from_node(node, lines.starts) if node else None)
+            finally:
+                loader.dispose()
+
+    return _parse(raw, display, budget, compact)
+
+
+def _parse(raw: bytes, display: str, budget: int,
+           build: Callable[[Any, Lines], tuple[Any, _T]]) -> tuple[Any, _T, Lines, int]:
     if len(raw) > MAX_FILE_BYTES:
         raise fail(display, 1, 1, f"file is {len(raw)} bytes; the limit is {MAX_FILE_BYTES}",
                    "split the inventory into several files in one directory")
@@ -163,8 +200,7 @@ def parse(raw: bytes, display: str, budget: int = MAX_EXPANDED_NODES
     try:
         used = _guard(raw, display, lines, budget)
         loader = Loader(raw)
-        node = loader.get_single_node()
-        data = construct(loader, node) if node is not None else None
+        data, tree = build(loader, lines)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = lines.position(mark)
@@ -183,7 +219,7 @@ def parse(raw: bytes, display: str, budget: int = MAX_EXPANDED_NODES
     finally:
         if loader is not None:
             loader.dispose()
-    return data, node, lines, used
+    return data, tree, lines, used
 
 
 _TAG = "tag:yaml.org,2002:"
@@ -232,7 +268,69 @@ def construct(loader: Any, root: yaml.Node) -> Any:
             return items
         return pyyaml(n)
 
-    return build(root)
+    try:
+        return build(root)
+    finally:
+        memo.clear()  # build's closure is a cycle: with the GC paused it would keep the data
+
+
+# Peak memory of loading a site, per byte of its YAML, above the interpreter's own: ~19
+# for the generated sites of bench/inventory_scale.py at 100,000 nodes (~210 bytes a
+# node; most of it the pydantic models), with a margin. A site that would not fit is
+# refused before parsing: pydantic-core aborts the process when an allocation fails, so
+# the estimate is the guard for that phase (a MemoryError of Python's own is caught).
+MEMORY_PER_YAML_BYTE = 24
+
+
+def available_memory_bytes() -> int | None:
+    """What this process may still allocate: the system's MemAvailable, or less where an
+    address-space limit (RLIMIT_AS) is set; None where neither can be read."""
+    avail: list[int] = []
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail.append(int(line.split()[1]) * 1024)
+    soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if soft != resource.RLIM_INFINITY:
+        used = 0
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("VmSize:"):
+                    used = int(line.split()[1]) * 1024
+        avail.append(max(0, soft - used))
+    return min(avail) if avail else None
+
+
+def memory_error(display: str, size_bytes: int, available: int | None, *,
+                 ran_out: bool = False) -> InventoryError:
+    """The clean refusal of a site too large for the memory this process has."""
+    need_mb = size_bytes * MEMORY_PER_YAML_BYTE // 2**20
+    have = "unknown" if available is None else f"{available // 2**20:,} MB"
+    why = f"the memory ran out while loading it (available now: {have})" if ran_out \
+        else f"only {have} is available"
+    return fail(display, 1, 1, f"the inventory is {size_bytes / 2**20:,.1f} MB of YAML and "
+                f"needs about {need_mb:,} MB of memory to load; {why}",
+                "run on a machine with more free memory, raise the process's memory "
+                "limit (ulimit -v), or split the site", code="inventory-too-large")
+
+
+def check_memory(display: str, size_bytes: int, available: int | None) -> None:
+    """Refuse, before parsing, a site whose load would exhaust the memory available."""
+    if available is not None and size_bytes * MEMORY_PER_YAML_BYTE > available:
+        raise memory_error(display, size_bytes, available)
+
+
+def read_file(path: Path, display: str) -> bytes:
+    """The bytes of one inventory file, refused by name when unreadable or too large."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise fail(display, 1, 1, f"file is {size} bytes; the limit is {MAX_FILE_BYTES}",
+                       "split the inventory into several files in one directory")
+        return path.read_bytes()
+    except OSError as exc:
+        raise InventoryError(f"{display}: cannot read: {exc.strerror}",
+                             hint="check the path and its permissions") from None
 
 
 def node_budget(files: list[Path], floor: int = MAX_EXPANDED_NODES) -> int:

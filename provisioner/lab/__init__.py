@@ -8,7 +8,8 @@
 
 `lab up` writes the endpoints into an overlay that the site's inventory names
 (`site.lab_overlay`), with a random password in a 0600 file, and records every PID with its
-start time; `lab down` stops exactly those processes.
+start time as each starts (lab.json, with the `lab up` itself while it is starting); `lab
+down` stops exactly those processes, also those of an `up` that failed or was killed.
 """
 
 from __future__ import annotations
@@ -25,25 +26,25 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
-from importlib import resources
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from provisioner import pids, statedir
+from provisioner import pids, resources, statedir
 from provisioner.errors import ConfigError
 from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import BmcProtocol, NetworkKind, Node
-from provisioner.lab import emulators, procs
+from provisioner.lab import emulators, limits, procs
 from provisioner.lab import execution as execution_mod
 from provisioner.lab import hosts as hosts_mod
 from provisioner.lab import mirror as mirror_mod
 from provisioner.lab import shapes as lab_shapes
 from provisioner.lab import switch as switch_mod
+from provisioner.lab.labstate import LabProcess as LabProcess
+from provisioner.lab.labstate import LabState as LabState
 from provisioner.lab.procs import LOOPBACK
 from provisioner.secrets import write_private
 
@@ -63,53 +64,18 @@ def lab_dir(loaded: LoadedSite) -> Path:
     return state_dir(loaded) / "lab"
 
 
-@dataclass
-class LabProcess:
-    role: str  # redfish | ipmi:<host> | proxy
-    pid: int
-    start_ticks: int  # /proc/<pid>/stat field 22: tells a reused PID apart
-    log: str
-
-    def alive(self) -> bool:
-        return pids.start_ticks(self.pid) == self.start_ticks
-
-
-@dataclass
-class LabState:
-    site: str
-    latency_ms: int
-    processes: list[LabProcess] = field(default_factory=list)
-    endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
-    ssh_hosts: list[hosts_mod.SshHost] = field(default_factory=list)
-    ssh_tag: str = ""
-    switches: list[switch_mod.LabSwitch] = field(default_factory=list)  # lab/switch.py
-    notes: list[str] = field(default_factory=list)
-    # provisioning.execution's nodes, as lab hosts (lab/execution.py)
-    execution_hosts: list[hosts_mod.SshHost] = field(default_factory=list)
-    mirror: dict[str, Any] = field(default_factory=dict)  # url, key_file, counts, build_s
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LabState:
-        return cls(site=data["site"], latency_ms=data.get("latency_ms", 0),
-                   processes=[LabProcess(**p) for p in data.get("processes", [])],
-                   endpoints=data.get("endpoints", {}),
-                   ssh_hosts=[hosts_mod.SshHost(**h) for h in data.get("ssh_hosts", [])],
-                   ssh_tag=data.get("ssh_tag", ""),
-                   switches=[switch_mod.LabSwitch(**s) for s in data.get("switches", [])],
-                   notes=data.get("notes", []),
-                   execution_hosts=[hosts_mod.SshHost(**h)
-                                    for h in data.get("execution_hosts", [])],
-                   mirror=data.get("mirror", {}))
-
-
 def _record(state: LabState, role: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     ticks = pids.start_ticks(proc.pid)
     if ticks is None:
         raise ConfigError(f"lab: {role} exited at start", hint=f"see {log}")
     state.processes.append(LabProcess(role, proc.pid, ticks, str(log)))
+    _checkpoint(state)
+
+
+def _checkpoint(state: LabState) -> None:
+    """While `lab up` runs: what it started so far, on disk (`lab down` ends it)."""
+    if state.state_file:
+        _save(Path(state.state_file).parent, state)
 
 
 def _lab_nodes(loaded: LoadedSite) -> list[Node]:
@@ -124,7 +90,8 @@ def _mac_for(node: Node, index: int) -> str:
 
 def _save(lab: Path, state: LabState) -> None:
     tmp = lab / "lab.json.tmp"
-    tmp.write_text(json.dumps(state.to_json(), indent=2))
+    tmp.write_text(json.dumps({k: v for k, v in state.to_json().items() if k != "state_file"},
+                              indent=2))
     tmp.replace(lab / "lab.json")
 
 
@@ -144,16 +111,24 @@ def up(loaded: LoadedSite, *, latency_ms: int = 0, start_timeout_s: float = 30.0
             f"site {loaded.site.site.name} does not name a lab overlay",
             hint="add `lab_overlay: .provision/lab/overlay.yaml` under site: to use the lab")
     current = status(loaded)
-    if current is not None and any(p.alive() for p in current.processes):
+    if current is not None and current.anything_runs():
         raise ConfigError("the lab is already running for this site",
                           hint="`provision lab status` shows it; `provision lab down` stops it")
+    if current is not None:  # a lab that died: what it left (namespaces, its bridge) goes
+        _stop(current)
+    notes = []
+    if ssh_hosts and os.geteuid() == 0:  # before anything starts (else: refused, said why)
+        notes = limits.ensure(len(ssh_plan(loaded)[0]) + len(execution_mod.planned(loaded)))
     lab = lab_dir(loaded)
     shutil.rmtree(lab, ignore_errors=True)
     lab.mkdir(parents=True, mode=0o700)
     password = secrets.token_hex(8)  # IPMI passwords: at most 16 bytes for IPMI 1.5 users
     pw_file = lab / "bmc-password"
     write_private(pw_file, password + "\n")
-    state = LabState(site=loaded.site.site.name, latency_ms=latency_ms)
+    state = LabState(site=loaded.site.site.name, latency_ms=latency_ms, notes=notes,
+                     starting=[os.getpid(), pids.start_ticks(os.getpid()) or 0],
+                     state_file=str(lab / "lab.json"))
+    _checkpoint(state)
     try:
         _start(loaded, lab, state, password, latency_ms, start_timeout_s)
         if ssh_hosts:
@@ -161,9 +136,11 @@ def up(loaded: LoadedSite, *, latency_ms: int = 0, start_timeout_s: float = 30.0
             _start_switches(loaded, lab, state, pw_file, start_timeout_s)
     except BaseException:
         _stop(state)
+        state.starting, state.state_file = [], ""
         _save(lab, state)
         raise
     _write_overlay(loaded, state, pw_file)
+    state.starting, state.state_file = [], ""
     _save(lab, state)
     return state
 
@@ -200,7 +177,7 @@ def _start(loaded: LoadedSite, lab: Path, state: LabState, password: str, latenc
                 ep["port"] = next(fronts_tcp)
                 proxy_tcp.append([ep["port"], port])
     ctl = lab / "chassisctl.sh"
-    ctl.write_bytes(resources.files("provisioner.lab").joinpath("chassisctl.sh").read_bytes())
+    ctl.write_bytes(resources.package_bytes("provisioner.lab", "chassisctl.sh"))
     ctl.chmod(0o700)
     pending: list[tuple[Node, int, subprocess.Popen[bytes]]] = []
     for n, port in zip(ipmi, udp_ports, strict=False):
@@ -257,8 +234,13 @@ def _start_ssh_hosts(loaded: LoadedSite, lab: Path, state: LabState,
     rootfs = hosts_mod.ensure_rootfs(rootfs_cache)
     info = mirror_mod.build_lab(loaded, lab, rootfs_cache or hosts_mod.default_cache(), rootfs)
     state.ssh_tag = hashlib.sha1(str(lab).encode()).hexdigest()[:8]  # noqa: S324 - a name
-    state.ssh_hosts = hosts_mod.up(plan, network, gateway, lab / "ssh", rootfs,
-                                   state.ssh_tag, timeout_s)
+
+    def started(h: hosts_mod.SshHost) -> None:
+        state.ssh_hosts.append(h)
+        _checkpoint(state)
+
+    hosts_mod.up(plan, network, gateway, lab / "ssh", rootfs, state.ssh_tag, timeout_s,
+                 record=lab / "lab.json", on_start=started)
     # served on the management network's gateway, where the hosts' default route goes
     with socket.socket() as s:
         s.bind((str(gateway), 0))
@@ -271,9 +253,14 @@ def _start_ssh_hosts(loaded: LoadedSite, lab: Path, state: LabState,
     state.mirror = {"url": f"http://{gateway}:{port}/", "key_file": str(info.key_file),
                     "real_debs": info.real_debs, "standin_debs": info.standin_debs,
                     "build_s": round(info.build_s, 1)}
-    state.execution_hosts = execution_mod.start(
-        loaded, lab, state.ssh_tag, rootfs, timeout_s, {h.address for h in state.ssh_hosts},
-        info.root, state.mirror, rootfs_cache or hosts_mod.default_cache())
+
+    def executor(h: hosts_mod.SshHost) -> None:
+        state.execution_hosts.append(h)
+        _checkpoint(state)
+
+    execution_mod.start(loaded, lab, state.ssh_tag, rootfs, timeout_s,
+                        {h.address for h in state.ssh_hosts}, info.root, state.mirror,
+                        rootfs_cache or hosts_mod.default_cache(), on_start=executor)
 
 
 def _start_switches(loaded: LoadedSite, lab: Path, state: LabState, pw_file: Path,

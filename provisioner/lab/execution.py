@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from provisioner.errors import ConfigError
 from provisioner.inventory.execution_models import Execution, ExecutionNode
 from provisioner.inventory.loader import LoadedSite
 from provisioner.lab import hosts as hosts_mod
-from provisioner.lab import wheelhouse
+from provisioner.lab import hostwatch, wheelhouse
 from provisioner.workflows.engine import fan_out
 
 # Namespace numbers of execution nodes (pv-<tag><n>, the SSH hosts' pattern, so `lab prune`
@@ -45,12 +46,14 @@ def planned(loaded: LoadedSite) -> list[tuple[str, IPv4Address]]:
 
 
 def start(loaded: LoadedSite, lab: Path, tag: str, rootfs: Path, timeout_s: float,
-          taken: set[str], mirror_root: Path, mirror: dict[str, Any], cache: Path
+          taken: set[str], mirror_root: Path, mirror: dict[str, Any], cache: Path,
+          on_start: Callable[[hosts_mod.SshHost], None] | None = None
           ) -> list[hosts_mod.SshHost]:
     """Start the inventory's execution nodes as lab hosts on the SSH hosts' bridge (the
     servers' hosts must be up: they made the bridge and the key) and install ansible-core
     and ansible-runner in them from the lab mirror (served from `mirror_root` at
-    mirror["url"]; mirror["wheelhouse"] records the wheelhouse, for a rebuilt mirror)."""
+    mirror["url"]; mirror["wheelhouse"] records the wheelhouse, for a rebuilt mirror).
+    Each node goes to `on_start` as soon as it runs (the lab records it at once)."""
     from provisioner.lab import ssh_plan  # the management network, as the hosts use it
 
     plan = planned(loaded)
@@ -67,15 +70,20 @@ def start(loaded: LoadedSite, lab: Path, tag: str, rootfs: Path, timeout_s: floa
     workdir = lab / "ssh"
     key = workdir / "id_ed25519"
     started: list[hosts_mod.SshHost] = []
+    booting: list[hostwatch.Booting] = []
     try:
         for i, (name, address) in enumerate(plan):
             # its own copy of the lab's key, in place before its init runs
-            h = hosts_mod._start_host(name, address, network, gateway, workdir, rootfs,
-                                      hosts_mod.bridge_name(tag), f"{tag[:6]}{EXEC_INDEX + i}", key,
-                                      files={str(key.resolve()): key.read_bytes()})
+            h, b = hosts_mod.start_host(name, address, network, gateway, workdir, rootfs,
+                                        hosts_mod.bridge_name(tag),
+                                        f"{tag[:6]}{EXEC_INDEX + i}", key,
+                                        files={str(key.resolve()): key.read_bytes()},
+                                        record=lab / "lab.json")
             started.append(h)
-        for h in started:
-            hosts_mod._wait_ssh(h, timeout_s)
+            booting.append(b)
+            if on_start is not None:
+                on_start(h)
+        hostwatch.wait_ssh(booting, timeout_s)
         _known_hosts(lab, started)
         t0 = time.monotonic()
         install(lab, started, house, mirror["url"])

@@ -20,10 +20,8 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
@@ -31,7 +29,7 @@ from typing import Any
 
 from provisioner import pids
 from provisioner.errors import ConfigError
-from provisioner.lab import orphans
+from provisioner.lab import hostwatch, orphans
 from provisioner.pids import start_ticks
 
 ROOTFS_SUITE = "bookworm"
@@ -167,8 +165,14 @@ def bridge_name(tag: str) -> str:
 
 
 def up(hosts: Sequence[tuple[str, IPv4Address]], network: IPv4Network, gateway: IPv4Address,
-       workdir: Path, rootfs: Path, tag: str, timeout_s: float = 30.0) -> list[SshHost]:
-    """Start one namespaced sshd per (name, address); the bridge gets the gateway address."""
+       workdir: Path, rootfs: Path, tag: str, timeout_s: float = 30.0, *,
+       record: Path | None = None,
+       on_start: Callable[[SshHost], None] | None = None) -> list[SshHost]:
+    """Start one namespaced sshd per (name, address); the bridge gets the gateway address.
+    Each host is handed to `on_start` as soon as it runs (the lab records it at once, so
+    `lab down` ends it even if this process is killed) and claimed for `record`, the state
+    file that lists it (lab/orphans.py: `lab prune`). All hosts are waited for at once; the
+    first whose init ends fails the whole start, and every host started is ended."""
     workdir.mkdir(parents=True, exist_ok=True)
     key = workdir / "id_ed25519"
     if not key.exists():
@@ -189,24 +193,27 @@ def up(hosts: Sequence[tuple[str, IPv4Address]], network: IPv4Network, gateway: 
         _run(["ip", "link", "add", bridge, "type", "bridge"])
         _run(["ip", "addr", "add", f"{gateway}/{network.prefixlen}", "dev", bridge])
         _run(["ip", "link", "set", bridge, "up"])
-    started: list[SshHost] = []
+    started: list[tuple[SshHost, hostwatch.Booting]] = []
     try:
         for i, (name, address) in enumerate(hosts):
-            started.append(_start_host(name, address, network, gateway, workdir, rootfs,
-                                       bridge, f"{tag[:6]}{i}", key))
-        for h in started:
-            _wait_ssh(h, timeout_s)
+            started.append(start_host(name, address, network, gateway, workdir, rootfs,
+                                      bridge, f"{tag[:6]}{i}", key, record=record))
+            if on_start is not None:
+                on_start(started[-1][0])
+        hostwatch.wait_ssh([b for _, b in started], timeout_s)
     except BaseException:
-        down(started, tag)
+        down([h for h, _ in started], tag)
         raise
-    return started
+    return [h for h, _ in started]
 
 
-def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: IPv4Address,
-                workdir: Path, rootfs: Path, bridge: str, short: str, key: Path,
-                files: Mapping[str, bytes] | None = None) -> SshHost:
-    """One host; `files` (absolute path -> bytes, 0600) are in place before its init
-    starts (an execution node's key: lab/execution.py)."""
+def start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: IPv4Address,
+               workdir: Path, rootfs: Path, bridge: str, short: str, key: Path,
+               files: Mapping[str, bytes] | None = None, record: Path | None = None
+               ) -> tuple[SshHost, hostwatch.Booting]:
+    """One host, and its launcher to wait on (hostwatch.wait_ssh); `files` (absolute path
+    -> bytes, 0600) are in place before its init starts (an execution node's key:
+    lab/execution.py); `record` is the state file that will list it (orphans.claim)."""
     netns = f"pv-{short}"
     veth = f"pv{short}"[:15]
     d = workdir / name
@@ -281,6 +288,8 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
              f"{BOOT_LOOP_BOOTS} reboots within {BOOT_LOOP_S} s of boot: boot loop, left off; "
              "exit 1; fi; "
              f"echo lab host {q['name']}: reboot; done")
+    if record is not None:
+        orphans.claim(netns, record)
     log = open(d / "host.log", "ab")  # noqa: SIM115 - handed to the child, closed below
     try:
         proc = subprocess.Popen(["sh", "-c", outer],
@@ -289,8 +298,9 @@ def _start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: 
     finally:
         log.close()
     ticks = start_ticks(proc.pid) or 0
-    return SshHost(name=name, address=str(address), netns=netns, veth=veth, pid=proc.pid,
+    host = SshHost(name=name, address=str(address), netns=netns, veth=veth, pid=proc.pid,
                    start_ticks=ticks, upper=str(d / "upper"))
+    return host, hostwatch.Booting(name, str(address), proc, host.upper)
 
 
 def _write_units(etc_systemd: Path) -> None:
@@ -307,27 +317,16 @@ def _write_units(etc_systemd: Path) -> None:
     (etc_systemd / "chrony.service.d/lab.conf").write_text(CHRONY_DROPIN)
 
 
-def _wait_ssh(host: SshHost, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection((host.address, 22), 0.3):
-            return
-        if start_ticks(host.pid) != host.start_ticks:
-            raise ConfigError(f"lab host {host.name}: sshd exited at start",
-                              hint=f"see {Path(host.upper).parent / 'host.log'}")
-        time.sleep(0.05)
-    raise ConfigError(f"lab host {host.name}: no SSH on {host.address} in {timeout_s:g} s")
-
-
 def add_host(name: str, address: IPv4Address, network: IPv4Network, gateway: IPv4Address,
              workdir: Path, rootfs: Path, tag: str, index: int,
-             timeout_s: float = 30.0) -> SshHost:
+             timeout_s: float = 30.0, record: Path | None = None) -> SshHost:
     """One more host on a running lab's bridge (a node `provision add` put in the site);
     `index` must be one no host of the lab has (it names the namespace)."""
-    host = _start_host(name, address, network, gateway, workdir, rootfs, bridge_name(tag),
-                       f"{tag[:6]}{index}", workdir / "id_ed25519")
+    host, booting = start_host(name, address, network, gateway, workdir, rootfs,
+                               bridge_name(tag), f"{tag[:6]}{index}", workdir / "id_ed25519",
+                               record=record)
     try:
-        _wait_ssh(host, timeout_s)
+        hostwatch.wait_ssh([booting], timeout_s)
     except BaseException:
         _stop_host(host)
         raise
@@ -348,14 +347,7 @@ def kill(h: SshHost) -> list[int]:
     killed: set[int] = set()
     if pids.send(h.pid, signal.SIGKILL, ticks=h.start_ticks):
         killed.add(h.pid)
-    for _ in range(50):
-        found = orphans.host_pids(h.netns)
-        if not found:
-            break
-        killed |= {pid for pid in found if pids.send(
-            pid, signal.SIGKILL, check=lambda p: orphans.belongs(h.netns, p))}
-        time.sleep(0.05)
-    return sorted(killed)
+    return sorted(killed | set(orphans.end(h.netns)))
 
 
 def _stop_host(h: SshHost) -> None:
@@ -366,6 +358,7 @@ def _stop_host(h: SshHost) -> None:
     _run(["ip", "netns", "del", h.netns], check=False)
     _run(["ip", "link", "del", h.veth], check=False)
     orphans.remove_cgroup(h.netns)
+    orphans.unclaim(h.netns)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

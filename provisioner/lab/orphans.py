@@ -1,22 +1,34 @@
-"""Lab leftovers: namespaces and bridges of a lab whose run was killed before `lab down`.
+"""Lab leftovers: namespaces and bridges of a lab whose run was killed before `lab down`,
+and the hosts of a `lab up` that died before it finished.
 
 A lab killed with SIGKILL (or whose state directory was deleted, as pytest's temporary
 directories are) leaves its network namespaces and bridge behind, and the bridge keeps the
 site's gateway address, so the next `lab up` on that network is refused. Only what carries
 the lab's own name pattern and has no process left in it counts as a leftover: a running
 lab, or anything else on the machine, is never touched.
+
+A host still running counts only when its lab says it is stranded: each host started for a
+lab is claimed (/run/provisioner-lab/<netns>, naming the lab's state file) before its
+launcher starts, and the state file records the `lab up` starting it (PID and start time)
+until it has finished. A host whose state file is gone, or whose `lab up` ended before
+finishing, is no lab's: `lab prune` ends its processes by PID (pids.send, each checked to
+be in the host's namespace or cgroup) and removes it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from provisioner import pids
 
 # hosts._start_host: f"pv-{tag[:6]}{i}"; switch.start_one: f"pvl{tag}-{name}"
 NETNS_RE = re.compile(r"^(pv-[0-9a-f]{6}\d+|pvl[0-9a-f]{6,}-\S+)$")
@@ -24,6 +36,8 @@ BRIDGE_RE = re.compile(r"^pvb[0-9a-f]{8}$")  # hosts.bridge_name
 # The named systemd cgroup-v1 hierarchy in which each lab host's systemd gets its own
 # sub-tree (hosts._start_host); it goes with the host's namespace.
 SYSTEMD_CGROUP = Path("/sys/fs/cgroup/systemd")
+# A tmpfs: claims go with the machine's boot, as the hosts do.
+CLAIMS = Path("/run/provisioner-lab")
 
 
 def cgroup_of(netns: str) -> Path:
@@ -71,11 +85,59 @@ def remove_cgroup(netns: str) -> None:
         time.sleep(0.05)
 
 
+def end(netns: str) -> list[int]:
+    """SIGKILL whatever runs in a host's namespace or cgroup, until none is left; the pids
+    signalled (each checked to be the host's, on a pidfd: pids.send)."""
+    killed: set[int] = set()
+    for _ in range(50):
+        found = host_pids(netns)
+        if not found:
+            break
+        killed |= {pid for pid in found if pids.send(
+            pid, signal.SIGKILL, check=lambda p: belongs(netns, p))}
+        time.sleep(0.05)
+    return sorted(killed)
+
+
+def claim(netns: str, record: Path) -> None:
+    """Say which state file will list this host (before its launcher starts)."""
+    CLAIMS.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (CLAIMS / netns).write_text(json.dumps({"record": str(record.resolve())}) + "\n")
+
+
+def unclaim(netns: str) -> None:
+    (CLAIMS / netns).unlink(missing_ok=True)
+
+
+def stranded(netns: str) -> str | None:
+    """Why a running lab host is no lab's any more, or None when it is (or when it was
+    never claimed: then it is not this module's to judge)."""
+    try:
+        record = Path(json.loads((CLAIMS / netns).read_text())["record"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        state = json.loads(record.read_text())
+    except FileNotFoundError:
+        return f"its lab's state {record} is gone"
+    except (OSError, ValueError):
+        return None
+    starting = state.get("starting") or []
+    if len(starting) == 2:
+        if pids.start_ticks(int(starting[0])) == int(starting[1]):
+            return None  # that `lab up` is still starting it
+        return (f"the `lab up` (pid {starting[0]}) that started it ended before it "
+                f"finished (see {record})")
+    return None
+
+
 @dataclass
 class Leftovers:
     namespaces: list[str] = field(default_factory=list)
     bridges: list[str] = field(default_factory=list)
     busy: list[str] = field(default_factory=list)  # lab-named, a process still runs in it
+    # lab-named, running, no lab's (`stranded`): netns -> why; ended by prune
+    stranded: dict[str, str] = field(default_factory=dict)
 
 
 def _ip(argv: Sequence[str]) -> str:
@@ -98,8 +160,13 @@ def find() -> Leftovers:
     """What a killed lab left: lab-named namespaces without a process, and lab bridges
     none of whose ports leads into a namespace that still has one."""
     spaces = _namespaces()
-    left = Leftovers(namespaces=sorted(n for n, busy in spaces.items() if not busy),
-                     busy=sorted(n for n, busy in spaces.items() if busy))
+    left = Leftovers(namespaces=sorted(n for n, busy in spaces.items() if not busy))
+    for name in sorted(n for n, busy in spaces.items() if busy):
+        why = stranded(name)
+        if why is None:
+            left.busy.append(name)
+        else:
+            left.stranded[name] = why
     for line in _ip(["-o", "link", "show", "type", "bridge"]).splitlines():
         name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
         if not BRIDGE_RE.match(name):
@@ -116,11 +183,17 @@ def is_leftover_bridge(name: str) -> bool:
 
 
 def prune() -> Leftovers:
-    """Delete the leftovers (namespaces first: that removes their veths), say what went."""
-    left = find()
+    """End the stranded hosts, then delete the leftovers (namespaces first: that removes
+    their veths), say what went."""
+    first = find()
+    for name in first.stranded:
+        end(name)
+    left = find() if first.stranded else first
+    left.stranded = first.stranded
     for name in left.namespaces:
         _ip(["netns", "del", name])
         remove_cgroup(name)
+        unclaim(name)
     for name in left.bridges:
         _ip(["link", "del", name])
     return left

@@ -11,7 +11,11 @@ knows, adds what the block declares:
 - ComputerSystem: Manufacturer, Model, SerialNumber, a link to the node's own chassis;
 - Processors: the CPUs and one `ProcessorType: GPU` member per GPU (model and count);
 - EthernetInterfaces: the management NIC (the node's MAC) and one port per block NIC port,
-  with its speed;
+  with its speed; the ports' MACs (02:...) sort before the management NIC's (52:54:00:...),
+  as a GPU node's ConnectX ports often sort before its onboard NIC, so nothing may take the
+  first MAC for the management one;
+- BootOptions: the OS disk and one UEFI PXE option whose device path names the management
+  NIC's MAC, in the system's Boot.BootOrder: how a BMC says which NIC network-boots;
 - Chassis `lab-<system>`: model, serial, `Links.Switches` (NVSwitches) and legacy `Power`
   with the block's PSUs and a power reading.
 
@@ -95,6 +99,28 @@ def _system_extra(sid: str, s: JSON) -> JSON:
             "EthernetInterfaces": {"@odata.id": f"{SYSTEMS}{sid}/EthernetInterfaces"}}
 
 
+BOOT_ORDER = ("Boot0001", "Boot0002")  # the OS disk, then the management NIC's PXE
+
+
+def _boot_extra(sid: str) -> JSON:
+    """What the layer adds to the system's Boot object (sushy-tools has no BootOptions)."""
+    return {"BootOptions": {"@odata.id": f"{SYSTEMS}{sid}/BootOptions"},
+            "BootOrder": list(BOOT_ORDER)}
+
+
+def _boot_options(sid: str, s: JSON) -> dict[str, JSON]:
+    """The disk and the management NIC's UEFI PXE option (UEFI device path text form)."""
+    base = f"{SYSTEMS}{sid}/BootOptions/"
+    mgmt = next(n["mac"] for n in s["nics"] if n["id"] == "mgmt")
+    disk = "PciRoot(0x0)/Pci(0x1D,0x0)/Pci(0x0,0x0)/NVMe(0x1,00-00-00-00-00-00-00-00)"
+    pxe = (f"PciRoot(0x0)/Pci(0x1C,0x0)/Pci(0x0,0x0)/MAC({mgmt.replace(':', '').upper()},"
+           "0x1)/IPv4(0.0.0.0,0x0,DHCP,0.0.0.0,0.0.0.0,0.0.0.0)")
+    return {ref: {"@odata.id": base + ref, "Id": ref, "BootOptionReference": ref,
+                  "DisplayName": name, "BootOptionEnabled": True, "UefiDevicePath": path}
+            for ref, name, path in (("Boot0001", "ubuntu (NVMe)", disk),
+                                    ("Boot0002", "UEFI PXEv4 (MAC:" + mgmt + ")", pxe))}
+
+
 def _collection(path: str, name: str, members: list[str]) -> JSON:
     return {"@odata.id": path, "Name": name, "Members@odata.count": len(members),
             "Members": [{"@odata.id": m} for m in members]}
@@ -143,7 +169,8 @@ def served(sid: str, s: JSON, rest: str, chassis: bool) -> JSON | None:
     if chassis:
         return {"": _chassis(sid, s), "/Power": _power(sid, s)}.get(rest)
     for kind, members in (("Processors", _processors(sid, s)),
-                          ("EthernetInterfaces", _interfaces(sid, s))):
+                          ("EthernetInterfaces", _interfaces(sid, s)),
+                          ("BootOptions", _boot_options(sid, s))):
         base = f"{SYSTEMS}{sid}/{kind}"
         if rest == f"/{kind}":
             return _collection(base, kind, [m["@odata.id"] for m in members.values()])
@@ -216,6 +243,8 @@ class _Handler(BaseHTTPRequestHandler):
         if m_sys and not rest:
             doc = json.loads(data)
             doc.update(_system_extra(sid, s))
+            if isinstance(doc.get("Boot"), dict):
+                doc["Boot"].update(_boot_extra(sid))
             enabled = self.override.get(sid)
             if enabled is not None and isinstance(doc.get("Boot"), dict):
                 doc["Boot"]["BootSourceOverrideEnabled"] = enabled

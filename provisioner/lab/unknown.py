@@ -129,7 +129,7 @@ def adopt(loaded: LoadedSite, hostname: str, address: str, port: int) -> Unknown
             used = {int(h.netns.rsplit("-", 1)[-1][6:] or 0) for h in state.ssh_hosts}
             host = hosts_mod.add_host(hostname, mgmt, network, gateway, lab / "ssh",
                                       hosts_mod.ensure_rootfs(), state.ssh_tag,
-                                      max(used, default=-1) + 1)
+                                      max(used, default=-1) + 1, record=lab / "lab.json")
             state.ssh_hosts.append(host)
     if state.mirror:  # the grown site may install what the lab's mirror lacks (a new block)
         info = mirror_mod.build_lab(loaded, lab, hosts_mod.default_cache(),

@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from provisioner import __version__, resources, sources
+from provisioner import __version__, outdir, resources, sources, statedir
 from provisioner import payload as payload_mod
 from provisioner import roce as roce_mod
 from provisioner.errors import RenderError
@@ -41,14 +41,11 @@ from provisioner.inventory.topology import (
     nvlink_domain,
 )
 from provisioner.profile import for_site
-from provisioner.statedir import NAME as STATE_NAME
 
 __all__ = ["HostPlan", "Rendered", "ansible_host", "artifacts", "group_name", "host_plans",
            "kernel_modules_for", "render"]
 
-PLAYBOOKS_DIR = resources.playbooks_dir()
-ROLES_DIR = resources.roles_dir()
-TEMPLATES_DIR = resources.templates_dir()
+RENDER_MARKER = outdir.MARKER  # a directory holding it is a former render
 SAFE_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:/@+=, -]*$")
 
 
@@ -184,6 +181,8 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
     if drv is not None:
         data |= {"nvidia_driver_branch": drv.branch,
                  "nvidia_driver_version": drv.version or ""}
+    if drv is not None and any(h.block.nvswitch or h.block.imex for h in host_plans(loaded)):
+        # only where a node runs fabric manager or IMEX (a DGX-1 runs neither)
         fm_version = sw.fabric_manager.version or drv.version or ""
         data |= {"fabric_manager_version": fm_version,
                  "fabric_manager_enabled": sw.fabric_manager.enabled is not False}
@@ -354,20 +353,24 @@ def _copy_tree(src: Path, dst: Path, written: list[Path]) -> None:
 
 
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(resources.templates_dir()),
                               undefined=jinja2.StrictUndefined, autoescape=False,  # noqa: S701 - not HTML
                               keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
 
 
 def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
     """Write the private data dir. `out` is replaced (it must be empty or a former render).
-    For the lab, ansible.cfg skips the tasks a lab host cannot do (profile.lab_skip_tags)."""
-    if out.exists():
-        if out.is_dir() and any(out.iterdir()) and not (out / ".provisioner-render").exists():
-            raise RenderError(f"{out} is not empty and not a former render",
-                              hint="choose an empty directory")
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    For the lab, ansible.cfg skips the tasks a lab host cannot do (profile.lab_skip_tags).
+
+    The project is written beside `out` and renamed onto it at the end: a render refused
+    half-way (a bad CA file, a value it will not write) leaves no partial directory, and a
+    former render stays as it was."""
+    rendered = outdir.replace(out, lambda work: _render_into(loaded, work, lab))
+    return Rendered(out=out, files=[out / p.relative_to(rendered.out) for p in rendered.files],
+                    groups=rendered.groups)
+
+
+def _render_into(loaded: LoadedSite, out: Path, lab: bool) -> Rendered:
     result = Rendered(out=out)
     written = result.files
 
@@ -382,7 +385,7 @@ def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
     hostvars = {h.node.hostname: _host_vars(loaded, h) for h in hosts}
     groups_ = groups(loaded, hosts)
     result.groups = groups_
-    write(".provisioner-render", f"rendered by provisioner {__version__}\n")
+    write(RENDER_MARKER, f"rendered by provisioner {__version__}\n")
     write("inventory/hosts.yml", _dump(_hosts_yml(groups_, hostvars)))
     write("inventory/group_vars/all.yml", _dump(_group_vars(loaded)))
     for name, hv in sorted(hostvars.items()):
@@ -392,7 +395,7 @@ def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
                "skip_tags": for_site(loaded, lab=lab).skip_tags,
                "servers": len(servers), "groups": groups_,
                # the host keys `pxe render` generated into the nodes' autoinstall data
-               "known_hosts": (loaded.base_dir / STATE_NAME / "known_hosts").resolve(),
+               "known_hosts": (statedir.location(loaded.base_dir) / "known_hosts").resolve(),
                # every lab uses the same addresses: a lab's own SSH multiplexing sockets, so
                # that a connection kept open (ControlPersist) never reaches another lab's host
                "control_tag": hashlib.sha1(  # noqa: S324 - a name, not security
@@ -400,8 +403,8 @@ def render(loaded: LoadedSite, out: Path, *, lab: bool = False) -> Rendered:
     write("project/ansible.cfg", env.get_template("ansible.cfg.j2").render(**context))
     write("README.md", env.get_template("render-readme.md.j2").render(**context))
     write("env/settings", _dump({"idle_timeout": 1800}))
-    _copy_tree(PLAYBOOKS_DIR, out / "project", written)
-    _copy_tree(ROLES_DIR, out / "project" / "roles", written)
+    _copy_tree(resources.playbooks_dir(), out / "project", written)
+    _copy_tree(resources.roles_dir(), out / "project" / "roles", written)
     for name, src in _site_files(loaded).values():  # checked by _group_vars; public, no secret
         dest = out / "project" / "files" / name
         dest.parent.mkdir(exist_ok=True)

@@ -11,6 +11,8 @@ to the node's own address.
 from __future__ import annotations
 
 import re
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from ipaddress import IPv4Address
 from pathlib import Path
@@ -18,12 +20,13 @@ from pathlib import Path
 import jinja2
 import yaml
 
+from provisioner import outdir, resources
 from provisioner.errors import RenderError
 from provisioner.inventory.fields import PUBLIC_KEY_RE as _PUBLIC_KEY
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import HOSTNAME_RE, MAC_RE, Network, NetworkKind
 from provisioner.inventory.topology import servers
-from provisioner.render import TEMPLATES_DIR, autoinstall
+from provisioner.render import autoinstall
 from provisioner.secrets import write_private
 
 PUBLIC_KEY_RE = re.compile(_PUBLIC_KEY)
@@ -109,13 +112,30 @@ def write_known_hosts(path: Path, lines: dict[str, str]) -> None:
     path.write_text("\n".join([*kept, *(lines[h] for h in sorted(lines))]) + "\n")
 
 
+# a former render's: the nodes' host keys and their known_hosts lines, the iPXE loaders
+KEPT = ("hostkeys", "known_hosts", "tftp")
+
+
+def _former(out: Path) -> bool:
+    """A former PXE render: its marker, or (rendered before the marker) its dnsmasq.conf."""
+    conf = out / "dnsmasq.conf"
+    return outdir.is_output(out) or (
+        conf.is_file() and conf.read_text(errors="replace").startswith("# Rendered by provisioner"))
+
+
 def render_pxe(loaded: LoadedSite, out: Path, *, server: IPv4Address, http_port: int = 8080,
                interface: str = "eth0", ssh_public_key: str = "",
-               media: InstallMedia | None = None,
-               known_hosts: Path | None = None) -> tuple[list[Path], list[str]]:
+               media: InstallMedia | None = None, known_hosts: Path | None = None,
+               stage: Callable[[Path], object] | None = None) -> tuple[list[Path], list[str]]:
     """Write dnsmasq.conf, ipxe/<host>.ipxe and autoinstall/<host>/{user-data,meta-data}
     (user-data 0600: it carries the node's private host key), the nodes' host keys under
     hostkeys/ (0600) and known_hosts (also merged into `known_hosts` when given).
+
+    `out` is replaced (it must be empty or a former PXE render): the files are written
+    beside it and renamed onto it at the end (outdir.replace), so a render refused half-way
+    leaves it as it was. A former render's KEPT directories go on into the new one (a host
+    key, once installed on a node, never changes); `stage` fills the rest before the rename
+    (`pxe serve --iso` stages the installer there).
 
     Returns the files written and the servers left out (no MAC or address on the network).
     """
@@ -130,42 +150,55 @@ def render_pxe(loaded: LoadedSite, out: Path, *, server: IPv4Address, http_port:
     release = autoinstall.release_for(loaded.site.software.os)
     base = f"http://{server}:{http_port}"
     media = media or mirror_media(loaded)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR / "pxe")),
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(resources.templates_dir("pxe")),
                              undefined=jinja2.StrictUndefined, autoescape=False,  # noqa: S701
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    # the paths dnsmasq.conf names are the final ones, not the directory written first
     context = {"site": loaded.site.site.name, "network": net, "hosts": hosts,
-               "server": server, "base": base, "interface": interface, "out": out.resolve(),
-               "release": release, "media": media}
-    written: list[Path] = []
-
-    def write(rel: str, text: str, private: bool = False) -> None:
-        path = out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if private:
-            write_private(path, text)
-        else:
-            path.write_text(text)
-        written.append(path)
-
-    out.mkdir(parents=True, exist_ok=True)
-    write("dnsmasq.conf", env.get_template("dnsmasq.conf.j2").render(**context))
+               "server": server, "base": base, "interface": interface,
+               "out": out.parent.resolve() / out.name, "release": release, "media": media}
     blocks = {s.hostname: s.block for s in servers(loaded)}
     known: dict[str, str] = {}
-    for h in hosts:
-        write(f"ipxe/{h.hostname}.ipxe",
-              env.get_template("host.ipxe.j2").render(host=h, **context))
-        key = autoinstall.host_key(out / "hostkeys", h.hostname)
-        known[h.hostname] = _known_hosts_line(h, key)
-        node = autoinstall.NodeInstall(
-            hostname=h.hostname, mac=h.mac, address=f"{h.address}/{net.cidr.prefixlen}",
-            gateway=str(net.gateway) if net.gateway else None, block=blocks[h.hostname])
-        doc = autoinstall.user_data(node, user=loaded.site.site.ssh.user, keys=keys, key=key,
-                                    mirror=loaded.site.software.mirror or "")
-        write(f"autoinstall/{h.hostname}/user-data",
-              "#cloud-config\n" + yaml.safe_dump(doc, sort_keys=True), private=True)
-        write(f"autoinstall/{h.hostname}/meta-data", f"instance-id: {h.hostname}\n")
-    write_known_hosts(out / "known_hosts", known)
-    written.append(out / "known_hosts")
+
+    def fill(work: Path) -> list[Path]:
+        written: list[Path] = []
+
+        def write(rel: str, text: str, private: bool = False) -> None:
+            path = work / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if private:
+                write_private(path, text)
+            else:
+                path.write_text(text)
+            written.append(path)
+
+        for name in KEPT:
+            if (out / name).is_dir():
+                shutil.copytree(out / name, work / name, symlinks=True)
+            elif (out / name).is_file():
+                shutil.copy2(out / name, work / name)
+        write(outdir.MARKER, "rendered by provisioner (pxe render)\n")
+        write("dnsmasq.conf", env.get_template("dnsmasq.conf.j2").render(**context))
+        for h in hosts:
+            write(f"ipxe/{h.hostname}.ipxe",
+                  env.get_template("host.ipxe.j2").render(host=h, **context))
+            key = autoinstall.host_key(work / "hostkeys", h.hostname)
+            known[h.hostname] = _known_hosts_line(h, key)
+            node = autoinstall.NodeInstall(
+                hostname=h.hostname, mac=h.mac, address=f"{h.address}/{net.cidr.prefixlen}",
+                gateway=str(net.gateway) if net.gateway else None, block=blocks[h.hostname])
+            doc = autoinstall.user_data(node, user=loaded.site.site.ssh.user, keys=keys,
+                                        key=key, mirror=loaded.site.software.mirror or "")
+            write(f"autoinstall/{h.hostname}/user-data",
+                  "#cloud-config\n" + yaml.safe_dump(doc, sort_keys=True), private=True)
+            write(f"autoinstall/{h.hostname}/meta-data", f"instance-id: {h.hostname}\n")
+        write_known_hosts(work / "known_hosts", known)
+        written.append(work / "known_hosts")
+        if stage is not None:
+            stage(work)
+        return [out / p.relative_to(work) for p in written]
+
+    written = outdir.replace(out, fill, former=_former)
     if known_hosts is not None:
         write_known_hosts(known_hosts, known)
     return written, missing

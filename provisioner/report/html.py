@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jinja2
 
-from provisioner import __version__, power
+from provisioner import __version__, power, resources
 from provisioner.inventory.findings import Finding, Severity
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import BlockKind, Placement
@@ -23,7 +23,6 @@ from provisioner.report.fabric import FabricView
 from provisioner.report.fabric import build as build_fabric
 from provisioner.report.nodes import StateView
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates" / "report"
 PAGE_NAME = "index.html"
 
 
@@ -61,6 +60,9 @@ class Report:
     kinds: tuple[tuple[str, str], ...]  # legend: (block kind, fill)
     # The switch fabric and cabling (report/fabric.py); None without managed switches.
     fabric: FabricView | None = None
+    # The shared upstream circuits the site declares (circuits:), nameplate: the racks on
+    # each add up there, as `provision power` and `validate` sum them; none declared: ()
+    circuits: tuple[power.CircuitBudget, ...] = ()
 
     @property
     def errors(self) -> list[Finding]:
@@ -72,7 +74,8 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not self.errors and all(r.ok for r in self.racks)
+        return (not self.errors and all(r.ok for r in self.racks)
+                and all(c.ok for c in self.circuits))
 
 
 def _rack_view(rack_index: int, loaded: LoadedSite, nameplate: power.RackBudget,
@@ -111,7 +114,7 @@ def build(loaded: LoadedSite, findings: list[Finding], *, state: StateView | Non
         source=str(loaded.root), generated_at=generated_at.isoformat(timespec="seconds"),
         racks=racks, findings=tuple(findings), state=state,
         kinds=tuple((k.value, svg.KIND_FILL[k.value]) for k in BlockKind),
-        fabric=build_fabric(loaded))
+        fabric=build_fabric(loaded), circuits=nameplate.circuits)
 
 
 def build_unloadable(source: Path, findings: list[Finding], *,
@@ -127,7 +130,7 @@ def build_unloadable(source: Path, findings: list[Finding], *,
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        loader=jinja2.FileSystemLoader(resources.templates_dir("report")),
         autoescape=True,  # every inventory string is escaped, in HTML and in the inline SVG
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["n0"] = lambda x: f"{x:,.0f}"

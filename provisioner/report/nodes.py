@@ -1,7 +1,7 @@
 """Node states for the report, read from the site's state store without changing it.
 
-The store is opened only when its file exists: `StateStore()` would otherwise create an
-empty database, and a report must not leave anything behind in the site.
+The store is opened read-only and only when its file exists (`open_read_only`): a report
+must not leave anything behind in the site, and it reads a store on read-only media.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import servers
 from provisioner.profile import for_site
-from provisioner.state import Phase, StateStore
+from provisioner.state import Phase, open_read_only
 
 RUNS_SHOWN = 10
 
@@ -72,11 +72,11 @@ def _age(seconds: float) -> str:
 def read_state(loaded: LoadedSite, *, wanted: bool, now: datetime) -> StateView | None:
     """The state section: None when not asked for and no store exists."""
     path = for_site(loaded).state_path
-    if not path.exists():
+    store = open_read_only(path)
+    if store is None:
         if not wanted:
             return None
         return StateView(path=str(path), exists=False, nodes=(), runs=(), not_enrolled=())
-    store = StateStore(path)
     rack_of = {n.hostname: p.rack for p in loaded.site.placements for n in p.nodes}
     now_ts = now.timestamp()
     nodes = tuple(

@@ -45,6 +45,8 @@ class FabricCheckReport(Out):
     mismatches: list[MismatchView]
     live: bool = False  # --live: both ends as the devices report them
     not_verifiable: list[UnverifiableView] = Field(default_factory=list)
+    # the lab: each stand-in switch, what answers for it and what it cannot compare
+    notes: list[str] = Field(default_factory=list)
 
 
 class SwitchView(Out):
@@ -65,6 +67,8 @@ class _Switches(Out):
     dry_run: bool
     exit_code: int
     switches: list[SwitchView]
+    # the lab: each stand-in switch, what answers for it and what is not pushed to it
+    notes: list[str] = Field(default_factory=list)
 
 
 class FabricDiffReport(_Switches):
@@ -79,9 +83,10 @@ class FabricPushReport(_Switches):
 
 def check_report(site: str, ok: bool, links_checked: int, exit_code: int,
                  mismatches: Sequence[Mismatch], live: bool = False,
-                 unverifiable: Sequence[Unverifiable] = ()) -> FabricCheckReport:
+                 unverifiable: Sequence[Unverifiable] = (),
+                 notes: Sequence[str] = ()) -> FabricCheckReport:
     return FabricCheckReport(site=site, ok=ok, links_checked=links_checked,
-                             exit_code=exit_code, live=live,
+                             exit_code=exit_code, live=live, notes=list(notes),
                              not_verifiable=[UnverifiableView(end=u.end, name=u.name, why=u.why)
                                              for u in unverifiable],
                              mismatches=[MismatchView(host=m.host, nic=m.nic, switch=m.switch,
@@ -92,9 +97,10 @@ def check_report(site: str, ok: bool, links_checked: int, exit_code: int,
 
 
 def switches_report(push: bool, site: str, dry_run: bool, exit_code: int,
-                    outcomes: Sequence[SwitchOutcome]) -> _Switches:
+                    outcomes: Sequence[SwitchOutcome], notes: Sequence[str] = ()
+                    ) -> _Switches:
     model: type[_Switches] = FabricPushReport if push else FabricDiffReport
-    return model(site=site, dry_run=dry_run, exit_code=exit_code,
+    return model(site=site, dry_run=dry_run, exit_code=exit_code, notes=list(notes),
                  switches=[SwitchView(switch=o.switch, nos=o.nos, status=o.status,
                                       diff=o.diff, commands=list(o.commands),
                                       applied=list(o.applied), undone=list(o.undone),

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from provisioner.inventory.models import BlockType
-from provisioner.power import BTU_PER_W, CFM_PER_W_PER_F, BudgetReport
+from provisioner.power import BTU_PER_W, CFM_PER_W_PER_F, BudgetFailure, BudgetReport
 from provisioner.results.base import Out
 
 if TYPE_CHECKING:
@@ -99,6 +99,7 @@ class FeedView(Out):
     load_va: float
     utilization: float
     ok: bool
+    circuit: str | None  # the upstream circuit under circuits:, if declared
 
 
 class RackPowerView(Out):
@@ -140,6 +141,27 @@ class RackView(Out):
     failures: list[FailureView]
 
 
+class CircuitLoadView(Out):
+    rack: str
+    feeds: list[str]
+    load_va: float
+
+
+class CircuitView(Out):
+    name: str
+    ok: bool
+    phase: str
+    voltage_v: float
+    breaker_a: float
+    derating: float
+    capacity_va: float
+    usable_va: float
+    load_va: float  # worst case: every rack on it carried whole (2N partners lost)
+    utilization: float
+    loads: list[CircuitLoadView]
+    failures: list[FailureView]
+
+
 class PowerReport(Out):
     schema_: Literal["provisioner.power/v1"] = Field("provisioner.power/v1", alias="schema")
     site: str
@@ -148,6 +170,7 @@ class PowerReport(Out):
     constants: PowerConstants
     totals: PowerTotals
     racks: list[RackView]
+    circuits: list[CircuitView]  # shared upstream circuits; empty when none are declared
 
 
 def _r1(x: float) -> float:
@@ -175,15 +198,26 @@ def power_report(report: BudgetReport) -> PowerReport:
                                 breaker_a=f.breaker_a, derating=f.derating,
                                 capacity_va=_r1(f.capacity_va), usable_va=_r1(f.usable_va),
                                 load_va=_r1(f.load_va), utilization=round(f.utilization, 4),
-                                ok=f.ok) for f in r.feeds]),
+                                ok=f.ok, circuit=f.circuit) for f in r.feeds]),
             cooling=CoolingView(heat_btu_h=_r1(r.heat_btu_h), limit_w=_r1(r.cooling_limit_w),
                                 headroom_w=_r1(r.cooling_headroom_w), delta_t_f=r.delta_t_f,
                                 airflow_required_cfm=_r1(r.airflow_required_cfm),
                                 airflow_limit_cfm=r.airflow_limit_cfm),
             estimated_blocks=list(r.estimated_blocks),
-            failures=[FailureView(check=f.check, subject=f.subject, over_by=_r1(f.over_by),
-                                  unit=f.unit, message=f.message) for f in r.failures])
-            for r in report.racks])
+            failures=_failures(r.failures))
+            for r in report.racks],
+        circuits=[CircuitView(
+            name=c.name, ok=c.ok, phase=c.phase, voltage_v=c.voltage_v, breaker_a=c.breaker_a,
+            derating=c.derating, capacity_va=_r1(c.capacity_va), usable_va=_r1(c.usable_va),
+            load_va=_r1(c.load_va), utilization=round(c.utilization, 4),
+            loads=[CircuitLoadView(rack=ld.rack, feeds=list(ld.feeds), load_va=_r1(ld.load_va))
+                   for ld in c.loads],
+            failures=_failures(c.failures)) for c in report.circuits])
+
+
+def _failures(failures: Sequence[BudgetFailure]) -> list[FailureView]:
+    return [FailureView(check=f.check, subject=f.subject, over_by=_r1(f.over_by), unit=f.unit,
+                        message=f.message) for f in failures]
 
 
 # ---------------------------------------------------------------- report (docs/report.md)

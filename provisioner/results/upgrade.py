@@ -40,6 +40,10 @@ class UpgradePlanReport(Out):
     site: str
     bundle: str
     ok: bool  # false: refused, exit code 11
+    # true: every selected node already runs the bundle (a re-run after apply finished):
+    # apply would touch nothing; `summary` says so in words
+    nothing_to_do: bool
+    summary: str
     refusals: list[RefusalView]
     warnings: list[str]
     rollback: list[str]  # components that cannot be moved back by a later bundle
@@ -85,9 +89,25 @@ class UpgradeReport(Out):
     nodes: list[UpgradeNode]
 
 
+def plan_summary(p: UpgradePlan) -> str:
+    """One plain line: what the plan amounts to (the last line `plan` prints)."""
+    if not p.ok:
+        return f"refused: {len(p.refusals)} rule(s) broken; nothing would be touched"
+    which = "selected " if p.selected_of > len(p.nodes) else ""
+    if p.nothing_to_do:
+        who = (f"{p.nodes[0].hostname} is" if len(p.nodes) == 1
+               else f"all {len(p.nodes)} {which}nodes are")
+        return (f"nothing to do: {who} on bundle {p.bundle} (every version it pins is "
+                "what runs)")
+    moving = sum(1 for n in p.nodes if n.changes or n.hostname in p.resumed)
+    return (f"{moving} of {len(p.nodes)} {which}nodes move to bundle {p.bundle} in "
+            f"{len(p.batches)} batch(es), planned {p.planned_s / 60:.0f} min")
+
+
 def plan_report(p: UpgradePlan) -> UpgradePlanReport:
     return UpgradePlanReport(
-        site=p.site, bundle=p.bundle, ok=p.ok,
+        site=p.site, bundle=p.bundle, ok=p.ok, nothing_to_do=p.nothing_to_do,
+        summary=plan_summary(p),
         refusals=[RefusalView(code=r.code, message=r.message, hint=r.hint)
                   for r in p.refusals],
         warnings=p.warnings, rollback=p.rollback,

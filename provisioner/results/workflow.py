@@ -218,12 +218,19 @@ class LabReport(Out):
     latency_ms: int = 0
     processes: list[LabProcessView] = Field(default_factory=list)
     endpoints: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # name, address, netns, veth, pid and start ticks of its launcher, upper (its disk);
+    # with `lab status`, alive too
     ssh_hosts: list[dict[str, Any]] = Field(default_factory=list)
     ssh_tag: str = ""
     # switch stand-ins (lab/switch.py): name, netns, SSH port on 127.0.0.1, pids
     switches: list[dict[str, Any]] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)  # what the lab could not start, and why
     mirror: LabMirrorView | None = None
+    # provisioning.execution's nodes as lab hosts (lab/execution.py), as ssh_hosts
+    execution_hosts: list[dict[str, Any]] = Field(default_factory=list)
+    # `lab status`: what no longer runs ("ipmi:dgx01", "ssh host dgx02", "execution node
+    # ex1", "switch leaf1"); `running` is false when it is not empty
+    dead: list[str] = Field(default_factory=list)
 
 
 def lab_report(site: str, state: LabState | None, *, with_liveness: bool) -> LabReport:
@@ -232,12 +239,19 @@ def lab_report(site: str, state: LabState | None, *, with_liveness: bool) -> Lab
     procs = [LabProcessView(role=p.role, pid=p.pid, start_ticks=p.start_ticks, log=p.log,
                             alive=p.alive() if with_liveness else None)
              for p in state.processes]
-    running = all(p.alive for p in procs) if with_liveness else True
-    return LabReport(running=running, site=state.site, latency_ms=state.latency_ms,
+    dead = state.dead() if with_liveness else []
+
+    def hosts(kind: str, group: Sequence[Any]) -> list[dict[str, Any]]:
+        return [h.to_json() | ({"alive": f"{kind} {h.name}" not in dead}
+                               if with_liveness else {}) for h in group]
+
+    return LabReport(running=not dead, site=state.site, latency_ms=state.latency_ms,
                      processes=procs, endpoints=state.endpoints,
-                     ssh_hosts=[h.to_json() for h in state.ssh_hosts], ssh_tag=state.ssh_tag,
+                     ssh_hosts=hosts("ssh host", state.ssh_hosts), ssh_tag=state.ssh_tag,
                      switches=[s.to_json() for s in state.switches], notes=state.notes,
-                     mirror=LabMirrorView(**state.mirror) if state.mirror else None)
+                     mirror=LabMirrorView(**state.mirror) if state.mirror else None,
+                     execution_hosts=hosts("execution node", state.execution_hosts),
+                     dead=dead)
 
 
 RESULTS: tuple[type[Out], ...] = (UpReport, UpEvent, RunReport, BmcReport, RenderReport,

@@ -23,7 +23,7 @@ from provisioner.inventory.cabling import endpoints, resolve
 from provisioner.inventory.loader import LoadedSite
 from provisioner.profile import Profile
 from provisioner.render import ansible_host
-from provisioner.switches import ops, staged
+from provisioner.switches import ops, staged, standins
 from provisioner.workflows.engine import fan_out
 from provisioner.workflows.steps.guard import Login, connect, login_for
 
@@ -35,6 +35,7 @@ class LiveReport:
     links_checked: int
     mismatches: tuple[Mismatch, ...]
     unverifiable: tuple[Unverifiable, ...]
+    notes: tuple[str, ...] = ()  # the lab: what a stand-in switch could not show
 
     @property
     def ok(self) -> bool:
@@ -101,7 +102,8 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
             count += 1
             found += compare_live(policy, lk.node, lk.nic, lk.host_mtu_bytes, h, lk.switch,
                                   lk.switch_port, s)
-    return LiveReport(count, tuple(found), tuple(unknown))
+    return LiveReport(count, tuple(found), tuple(unknown),
+                      tuple(standins.notes(loaded, switches, lab=prof.lab, live=True)))
 
 
 def _mlnx_qos(address: str, login: Login, nic: str, timeout_s: float) -> HostQos | str:

@@ -1,18 +1,31 @@
 """The netmiko edge: the only module that imports netmiko. Dialect details are data below.
 
 Never logs credentials: netmiko's session_log stays off, and errors name the switch only.
+Every netmiko and paramiko exception becomes a FabricError with a short reason of our own
+(`raise ... from None`): their messages and tracebacks never reach the user.
 """
 
 from __future__ import annotations
 
 import base64
 import re
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from netmiko import ConnectHandler
-from netmiko.exceptions import NetmikoAuthenticationException, NetmikoTimeoutException
+from netmiko.exceptions import (
+    NetmikoAuthenticationException,
+    NetmikoBaseException,
+    NetmikoTimeoutException,
+)
+
+# paramiko (netmiko's SSH client) ships no type hints
+from paramiko.ssh_exception import (  # type: ignore[import-untyped]
+    NoValidConnectionsError,
+    SSHException,
+)
 
 from provisioner.errors import FabricError
 from provisioner.switches.base import ApplyResult, Endpoint
@@ -49,6 +62,41 @@ DIALECTS: dict[str, Dialect] = {
 SESSION = "provision-fabric"
 
 
+# What the SSH libraries raise: netmiko's own, paramiko's (netmiko lets some through,
+# EOFError among them when a peer hangs up mid-handshake), and the socket's.
+SSH_ERRORS = (NetmikoBaseException, SSHException, EOFError, OSError, ValueError)
+
+
+def reason(exc: BaseException, timeout_s: float) -> str:
+    """Why a connection failed, in our words: netmiko raises its timeout for every failure
+    to connect, with the socket's or paramiko's error as its context (never its text,
+    which holds the device's address and paramiko's internals)."""
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and len(seen) < 8:
+        seen.append(cur)
+        if isinstance(cur, NoValidConnectionsError):  # one socket error per address tried
+            seen.extend(e for e in cur.errors.values() if isinstance(e, BaseException))
+            break
+        cur = cur.__cause__ or cur.__context__
+    for e in reversed(seen):  # the innermost cause speaks first
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused: nothing listens on that port"
+        if isinstance(e, socket.gaierror):
+            return "the name does not resolve"
+        if isinstance(e, TimeoutError | socket.timeout):
+            return f"no answer within {timeout_s:g} s"
+        if isinstance(e, ConnectionResetError | BrokenPipeError | EOFError):
+            return "the peer closed the connection"
+        if isinstance(e, SSHException) and "banner" in str(e):
+            return "no SSH server answered there (no SSH banner)"
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror.lower()
+    if isinstance(exc, NetmikoTimeoutException):
+        return f"no SSH session within {timeout_s:g} s"
+    return f"SSH failed ({type(exc).__name__})"
+
+
 def _connect(ep: Endpoint, device_type: str, **extra: Any) -> Any:
     """A netmiko session, or a FabricError that says why not (the password never in it)."""
     try:
@@ -59,9 +107,11 @@ def _connect(ep: Endpoint, device_type: str, **extra: Any) -> Any:
     except NetmikoAuthenticationException:
         raise FabricError(f"{ep.hostname}: SSH login refused for user {ep.username}",
                           hint="check the switch credentials reference") from None
-    except (NetmikoTimeoutException, OSError) as exc:
-        raise FabricError(f"{ep.hostname}: cannot reach {ep.address}:{ep.port} over SSH "
-                          f"({type(exc).__name__})") from None
+    except SSH_ERRORS as exc:
+        raise FabricError(f"{ep.hostname}: cannot reach {ep.address}:{ep.port} over SSH: "
+                          f"{reason(exc, ep.timeout_s)}",
+                          hint="check management.address and port, and that the switch's "
+                          "SSH server runs") from None
 
 
 class NetmikoDriver:
@@ -78,9 +128,9 @@ class NetmikoDriver:
         try:
             if not self.conn.check_enable_mode():
                 self.conn.enable()
-        except (NetmikoTimeoutException, OSError, ValueError) as exc:
-            raise FabricError(f"{ep.hostname}: cannot enter enable mode on {ep.address} "
-                              f"({type(exc).__name__})") from None
+        except SSH_ERRORS as exc:
+            raise FabricError(f"{ep.hostname}: cannot enter enable mode on {ep.address}: "
+                              f"{reason(exc, ep.timeout_s)}") from None
 
     def running_config(self) -> str:
         return str(self.conn.send_command(self.dialect.show_running))

@@ -18,10 +18,10 @@ from provisioner.errors import FabricError, InventoryError, ProvisionerError
 from provisioner.fabric.onyx import expand_ranges
 from provisioner.inventory.cabling import endpoints
 from provisioner.inventory.checks import check as check_inventory
-from provisioner.inventory.findings import Category, errors
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import NetworkKind
 from provisioner.inventory.topology import select
+from provisioner.inventory.valid import refusing
 from provisioner.state import StateStore
 from provisioner.switches import cli_diff, staged
 from provisioner.switches.base import ApplyResult, Endpoint, SwitchDriver, SwitchOutcome
@@ -85,7 +85,7 @@ def endpoint(loaded: LoadedSite, hostname: str, logins: CredentialResolver,
 
 
 def refuse_inventory_errors(loaded: LoadedSite) -> None:
-    bad = [f for f in errors(check_inventory(loaded)) if f.category is Category.INVENTORY]
+    bad = refusing(check_inventory(loaded))
     if bad:  # a miscabled site renders wrong ports: never send that to a switch
         raise InventoryError(f"the inventory has {len(bad)} error(s); run `provision validate`",
                              findings=bad)

@@ -29,7 +29,7 @@ from provisioner.inventory.topology import HostPlan, servers
 from provisioner.kube import KubeClient
 from provisioner.lifecycle import Phase
 from provisioner.profile import Profile, for_site
-from provisioner.state import StateStore
+from provisioner.state import StateStore, open_read_only
 from provisioner.upgrade.drift import UPGRADED, latest_upgraded
 from provisioner.upgrade.host import AnsibleInstaller, Installer
 from provisioner.upgrade.plan import (
@@ -41,7 +41,7 @@ from provisioner.upgrade.plan import (
     site_at,
 )
 from provisioner.upgrade.rolling import DrainOptions, Rolling, RollingOutcome, roll
-from provisioner.upgrade.steps import Clock
+from provisioner.upgrade.steps import Clock, outside_kubernetes
 from provisioner.workflows import engine
 from provisioner.workflows.engine import NodeOutcome, Progress, ProgressFn
 
@@ -120,7 +120,7 @@ def plan(loaded: LoadedSite, bundle_name: str, opts: PlanOptions | None = None,
     profile = profile or for_site(loaded)
     target = effective(loaded, load_bundle(loaded.base_dir, bundle_name).bundle)
     hosts, cps = _selected(loaded, limit)
-    store = StateStore(profile.state_path) if profile.state_path.exists() else None
+    store = open_read_only(profile.state_path)
     names = [p.hostname for p in servers(loaded)]
     current = recorded_versions(store, names, from_software(loaded.site.software).components())
     down, resumed = _as_apply_finds(store, names, {p.hostname for p in hosts})
@@ -240,6 +240,7 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
         inst = installer or ansible_installer(bundle_site, profile, env, target.name,
                                               journal, opts.forks)
         plans = {p.hostname: p for p in servers(loaded)}
+        outside = outside_kubernetes(list(plans.values()))  # storage nodes: no cordon
         # every server's domain and role: one already down counts, selected or not
         sched = scheduler(loaded, list(plans.values()), opts.plan, the_plan.workers_wait)
         # a node retargeted from another bundle may have moved its driver: reboot step too
@@ -251,7 +252,8 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
                     on_upgraded=upgraded, bundle=target.name,
                     gate_timeout_s=opts.gate_timeout_s,
                     kubernetes=_kubernetes_checked(the_plan, target, profile, {
-                        h for h, b in flight.items() if b is not None}))
+                        h for h, b in flight.items() if b is not None} - outside),
+                    outside_kube=outside)
         status = "failed"
         try:
             outcome = roll(r, todo, stop)
@@ -264,9 +266,11 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
             store.end_run(run_id, status)
         notes += lease_notes[taken_over:]
     if profile.lab:
+        fm = any(p.block.nvswitch or p.block.imex for p in servers(loaded))  # not a DGX-1
         notes.append("lab: the Kubernetes API is the stand-in server; GPU checks of the "
-                     "health gate (driver and fabric manager versions, GPU count, DCGM "
-                     "diagnostic) are skipped by the needs_gpu tag and reported not verified"
+                     f"health gate (driver{' and fabric manager' if fm else ''} versions, "
+                     "GPU count, DCGM diagnostic) are skipped by the needs_gpu tag and "
+                     "reported not verified"
                      + ("; so are the kubelet and API server versions (the roles' kubeadm "
                         "upgrade is needs_cluster: nothing moves them in the lab)"
                         if any("kubernetes" in n.changes for n in the_plan.nodes) else ""))

@@ -1,8 +1,8 @@
 """provision upgrade plan: check a bundle against the site and what the nodes run now, then
 say what changes on which nodes, in which batches, and how long it should take.
 
-Refusals (the run would break the cluster) come from the rules in DOMAIN.md §3-§4: CUDA
-needs a minimum driver (CUDA release notes, Table 3), fabric manager and NSCQ equal the
+Refusals (the run would break the cluster) come from the vendors' rules: CUDA needs a
+minimum driver (CUDA release notes, Table 3), fabric manager and NSCQ equal the
 driver (Fabric Manager user guide: FM refuses to start otherwise), open kernel modules need
 Turing or newer, Kubernetes moves one minor at a time with the control plane first, and a
 kubelet is never newer than the API server (kubernetes.io version-skew policy): when the
@@ -28,6 +28,7 @@ from provisioner.inventory.software_models import Dcgm, FabricManager, NvidiaDri
 from provisioner.inventory.topology import HostPlan, has_roce
 from provisioner.render import modules_for
 from provisioner.upgrade.schedule import Scheduler, planned_s
+from provisioner.upgrade.steps import in_kubernetes, outside_kubernetes
 
 Versions = Mapping[str, str | None]
 
@@ -129,10 +130,21 @@ class UpgradePlan:
     order: str = ""  # why the workers wait for the control planes, or why they need not
     # control planes whose kubeadm upgrade runs in place, one at a time, before any batch
     control_planes_first: list[str] = field(default_factory=list)
+    # selected nodes an earlier apply left part-way: apply takes them up again
+    resumed: list[str] = field(default_factory=list)
+    selected_of: int = 0  # how many servers the site has (the selection's whole)
 
     @property
     def ok(self) -> bool:
         return not self.refusals
+
+    @property
+    def nothing_to_do(self) -> bool:
+        """Every selected node already runs every version the bundle pins (a re-run after
+        a finished apply), no chart moves and no node is part-way: apply would touch
+        nothing."""
+        return (self.ok and not self.changes and not self.resumed
+                and not any(n.changes for n in self.nodes))
 
 
 def _key(version: str | None) -> tuple[int, ...]:
@@ -148,7 +160,7 @@ def direction(old: str | None, new: str | None) -> str:
 
 
 def components_on(plan: HostPlan, loaded: LoadedSite) -> tuple[str, ...]:
-    out: list[str] = list(NODE_COMPONENTS)
+    out: list[str] = list(NODE_COMPONENTS) if in_kubernetes(plan) else []
     if plan.block.gpu is not None:
         out += GPU_COMPONENTS
     if plan.block.nvswitch:
@@ -222,7 +234,10 @@ def site_at(loaded: LoadedSite, bundle: Bundle) -> LoadedSite:
         update={"software": software_at(loaded, bundle)}))
 
 
-def _site_rules(loaded: LoadedSite, bundle: Bundle, nvswitch: bool) -> list[Refusal]:
+def _site_rules(loaded: LoadedSite, bundle: Bundle, nvswitch: bool,
+                every: Sequence[HostPlan]) -> list[Refusal]:
+    """The bundle's own rules; fabric manager's and NSCQ's only where a server has
+    NVSwitch (a DGX-1 or a PCIe server runs neither: nothing to refuse)."""
     out: list[Refusal] = []
 
     def emit(code: str, _path: Any, message: str, hint: str | None = None, *,
@@ -252,7 +267,7 @@ def _site_rules(loaded: LoadedSite, bundle: Bundle, nvswitch: bool) -> list[Refu
         out.append(Refusal("driver-not-exact", "the bundle pins only the driver branch "
                            f"{bundle.nvidia_driver.branch}", "pin nvidia_driver.version: an "
                            "upgrade must know the exact version to check and to gate on"))
-    if bundle.nscq and drv and bundle.nscq != drv:
+    if bundle.nscq and drv and bundle.nscq != drv and any(h.block.nvswitch for h in every):
         out.append(Refusal("nscq-version", f"libnvidia-nscq {bundle.nscq} differs from "
                            f"driver {drv}", f"set nscq: '{drv}'"))
     if bundle.imex and drv and bundle.imex != drv:  # IMEX runs at the driver's version
@@ -332,7 +347,8 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
     `site_hosts` every server, whose domains and roles the batches count (as `apply`);
     `down` and `resumed`: how apply will find the servers (apply._as_apply_finds)."""
     new = target.components()
-    refusals = _site_rules(loaded, target, any(h.block.nvswitch for h in hosts))
+    refusals = _site_rules(loaded, target, any(h.block.nvswitch for h in hosts),
+                           site_hosts or hosts)
     cps = list(all_control_planes) or [h.hostname for h in hosts if h.control_plane]
     refusals += _kube_rules(target.kubernetes, current, cps, [h.hostname for h in hosts])
     per_comp: dict[tuple[str, str | None, str | None], list[str]] = {}
@@ -403,6 +419,11 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
             f"{loaded.site.software.os} ships its own and the tool installs none: each node "
             "must already run the bundle's driver (updated through DGX OS), or it fails its "
             "check after its drain")
+    outside = sorted(n.hostname for n in nodes if n.changes
+                     and n.hostname in outside_kubernetes(hosts))
+    if outside:
+        warnings.append(f"{', '.join(outside)}: no Kubernetes node (no control plane or "
+                        "worker role): upgraded without cordon, drain or the cluster's checks")
     if 0 < len(cps) < 3 and any(n.control_plane for n in nodes if n.changes):
         warnings.append(f"{len(cps)} control plane(s): the API server is unavailable while "
                         "one upgrades (three or more keep quorum)")
@@ -411,7 +432,9 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
                        planned_s=len(first) * opts.durations.kubeadm_s
                        + planned_s(layout, {n.hostname: n.node_s for n in nodes}),
                        max_unavailable=sched.domain_limits(), rollback=rollback,
-                       workers_wait=workers_wait, order=order, control_planes_first=first)
+                       workers_wait=workers_wait, order=order, control_planes_first=first,
+                       resumed=sorted(set(resumed) & {h.hostname for h in hosts}),
+                       selected_of=len(site_hosts or hosts))
 
 
 def scheduler(loaded: LoadedSite, hosts: Sequence[HostPlan], opts: PlanOptions,

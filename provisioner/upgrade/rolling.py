@@ -80,6 +80,9 @@ class Rolling:
     # plane's API server) to report: nodes whose Kubernetes the bundle moves, or that an
     # earlier run left part-way (apply._kubernetes_checked).
     kubernetes: Mapping[str, str] = field(default_factory=dict)
+    # Servers that are no Kubernetes nodes (steps.outside_kubernetes): their upgrade has no
+    # cordon, drain, cluster gate or uncordon; the host side and the host gate still run.
+    outside_kube: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,12 @@ def run_batch(r: Rolling, batch: list[str], stop: threading.Event) -> None:
     j = r.journal
     drain = Drain(r.kube, j, r.drain.timeout_s, r.drain.retry_s, r.drain.fallback_delete,
                   r.clock, force=r.drain.force,
-                  delete_emptydir_data=r.drain.delete_emptydir_data)
-    engine.NodeStage([Cordon(r.kube, r.bundle), DrainBegin(), drain],
+                  delete_emptydir_data=r.drain.delete_emptydir_data, outside=r.outside_kube)
+    for h in batch:
+        if h in r.outside_kube and j.phase(h) is Phase.READY:
+            j.note(h, "upgrade", "note", "not a Kubernetes node: upgraded without cordon, "
+                   "drain or the cluster's checks")
+    engine.NodeStage([Cordon(r.kube, r.bundle, r.outside_kube), DrainBegin(), drain],
                      concurrency=max(1, len(batch))).run(j, batch, stop)
     todo = [h for h in batch if j.phase(h) is Phase.UPGRADING]
     if stop.is_set():  # Ctrl-C: no new roles or gates; nodes stay as recorded, resumable
@@ -140,15 +147,15 @@ def run_batch(r: Rolling, batch: list[str], stop: threading.Event) -> None:
                        + " (the node stays cordoned)")
             else:
                 j.move(h, Phase.VERIFIED, "verify", {"gate": "passed"})
-    engine.NodeStage([Uncordon(r.kube, r.on_upgraded)],
+    engine.NodeStage([Uncordon(r.kube, r.on_upgraded, r.outside_kube)],
                      concurrency=max(1, len(batch))).run(j, batch, stop)
 
 
 def _cluster_gate_until(r: Rolling, hosts: Sequence[str]) -> dict[str, list[str]] | None:
     """The cluster checks for each node, retried until they pass or `gate_timeout_s`
     passed (None when a stop was requested meanwhile)."""
-    out: dict[str, list[str]] = {}
-    left = list(hosts)
+    out: dict[str, list[str]] = {h: [] for h in hosts if h in r.outside_kube}
+    left = [h for h in hosts if h not in r.outside_kube]
     start = r.clock.now()
     while True:
         for h in left:
@@ -256,6 +263,11 @@ def _resume_checked(r: Rolling, resumed: Sequence[str]) -> tuple[list[str], list
     held: list[str] = []
     restarting: list[str] = []  # control planes resumed through their drain or roles
     for h in resumed:
+        if h in r.outside_kube:  # no Node object: nothing was cordoned, nothing to check
+            if j.phase(h) is Phase.VERIFIED:
+                j.move(h, Phase.CONFIGURED, "regate", {"gate": "again"})
+            go.append(h)
+            continue
         uncordoned = not r.kube.health(h).unschedulable  # by an operator, since
         # past its drain and uncordoned since: pods may have landed on it, so it is drained
         # again and its roles run again (the gate's diagnostic needs idle GPUs)

@@ -4,13 +4,14 @@ one failure domain (a rack, or the value of a node label) down at once, control 
 included.
 
 When the bundle changes Kubernetes, workers wait until every control plane is done: a
-kubelet is never newer than the API server (kubernetes.io version-skew policy, DOMAIN.md
-§4), and a control plane that failed may still serve the old version, so workers then wait
-for good. `control_planes_first` names the control planes that instead move their API
-servers in place before any batch (kubeadm's upgrade, upgrade.rolling); once they have,
-the run lifts the wait. When it changes no Kubernetes version (a driver, CUDA, DOCA, DCGM
-or containerd bundle: the common GPU upgrade), nothing orders workers after control
-planes, and each control-plane round carries a worker batch with it.
+kubelet is never newer than the API server (Kubernetes "Version Skew Policy",
+kubernetes.io/releases/version-skew-policy/), and a control plane that failed may still
+serve the old version, so workers then wait for good. `control_planes_first` names the
+control planes that instead move their API servers in place before any batch (kubeadm's
+upgrade, upgrade.rolling); once they have, the run lifts the wait. When it changes no
+Kubernetes version (a driver, CUDA, DOCA, DCGM or containerd bundle: the common GPU
+upgrade), nothing orders workers after control planes, and each control-plane round
+carries a worker batch with it.
 
 "Down" counts every node that is not serving: the batch in flight, nodes a failed gate
 left cordoned, and nodes the cluster reports unschedulable (cordoned by hand for

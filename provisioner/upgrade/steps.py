@@ -9,18 +9,37 @@ termination grace period is over), within the same timeout. Refused evictions ar
 until `drain_timeout_s`; then the node fails (stays cordoned), unless the operator allowed
 the fallback (`--drain-fallback delete`), which deletes the remaining pods, bypassing the
 PDB, and logs each one.
+
+A server that is no Kubernetes node (a storage node: no control plane or worker role) goes
+along the same phases with none of these calls: the cluster has no Node object for it (a
+cordon would be answered 404), nothing to drain, nothing to gate on.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from provisioner.inventory.models import Role
+from provisioner.inventory.topology import HostPlan
 from provisioner.kube import Eviction, KubeClient, PodRef
 from provisioner.lifecycle import Phase
 from provisioner.workflows.engine import Journal, StepFailed, StepInterrupted
+
+
+def in_kubernetes(plan: HostPlan) -> bool:
+    """Whether the node is a Kubernetes node (a control plane or a worker: the rendered
+    inventory's k8s_cluster). A storage node by default is not: no containerd or kubelet
+    is installed there, and the cluster has no Node object to cordon (404)."""
+    return Role.CONTROL_PLANE in plan.roles or Role.WORKER in plan.roles
+
+
+def outside_kubernetes(hosts: Sequence[HostPlan]) -> frozenset[str]:
+    """The servers an upgrade takes along its path without cordon, drain or the cluster's
+    checks: they are no Kubernetes nodes."""
+    return frozenset(h.hostname for h in hosts if not in_kubernetes(h))
 
 
 def _sleep(seconds: float) -> bool:
@@ -42,12 +61,16 @@ class Cordon:
 
     kube: KubeClient
     bundle: str = ""  # recorded: a resumed run knows which bundle the node is moving to
+    outside: Collection[str] = ()  # no Kubernetes nodes: nothing to cordon
     name: str = "cordon"
     source: Phase = Phase.READY
 
     def __call__(self, host: str, session: object) -> dict[str, Any]:
+        bundle = {"bundle": self.bundle} if self.bundle else {}
+        if host in self.outside:
+            return {"kubernetes": False, **bundle}
         self.kube.cordon(host)
-        return {"unschedulable": True, **({"bundle": self.bundle} if self.bundle else {})}
+        return {"unschedulable": True, **bundle}
 
 
 @dataclass
@@ -75,8 +98,11 @@ class Drain:
     source: Phase = Phase.DRAINING
     force: bool = False  # --drain-force: evict pods no controller owns (kubectl's --force)
     delete_emptydir_data: bool = False  # --drain-delete-emptydir-data, as kubectl's
+    outside: Collection[str] = ()  # no Kubernetes nodes: no pods to evict
 
     def __call__(self, host: str, session: object) -> dict[str, Any]:
+        if host in self.outside:
+            return {"kubernetes": False, "evicted": 0}
         pods = [p for p in self.kube.pods_on(host)
                 if p.owner_kind != "DaemonSet" and not p.mirror]
         self._refuse_what_kubectl_drain_would(pods)
@@ -159,10 +185,14 @@ class Uncordon:
 
     kube: KubeClient
     on_done: Callable[[str], None] = lambda _h: None
+    outside: Collection[str] = ()  # no Kubernetes nodes: nothing to uncordon
     name: str = "uncordon"
     source: Phase = Phase.VERIFIED
 
     def __call__(self, host: str, session: object) -> dict[str, Any]:
+        if host in self.outside:
+            self.on_done(host)
+            return {"kubernetes": False}
         self.kube.uncordon(host)
         self.on_done(host)
         return {"unschedulable": False}

@@ -21,7 +21,7 @@ from provisioner.inventory.topology import HostPlan, host_plans, servers
 from provisioner.lifecycle import BEFORE_POWER_ON, POWERED, Phase, steps_from
 from provisioner.profile import Profile, for_site
 from provisioner.results import Out, dump
-from provisioner.state import NodeState, StateStore, backup_dir, backups
+from provisioner.state import NodeState, StateStore, backup_dir, backups, open_read_only
 from provisioner.workflows.steps.bmc import blocked_racks, compare_facts
 
 PLAN_SCHEMA = "provisioner.plan/v1"
@@ -69,6 +69,18 @@ class PlanReport(Out):
     racks: list[RackGate]
 
 
+class ExecutionAttempt(Out):
+    """One try of a playbook step of the node on an execution node (execution/dispatch.py),
+    as the state store's `execution` events record it."""
+
+    run_id: int | None
+    step: str
+    playbook: str
+    worker: str  # the execution node
+    attempt: int  # 1; 2 when its share ran again after the first node was lost
+    lost: str | None  # why that node could not finish it; None: it ran the playbook
+
+
 class StatusNode(Out):
     hostname: str
     rack: str | None
@@ -77,6 +89,9 @@ class StatusNode(Out):
     failed_phase: str | None
     reason: str | None
     updated_at: str
+    # the node's latest run on execution nodes: which node ran which step (empty when the
+    # site has none, or no playbook ran yet)
+    execution: list[ExecutionAttempt] = Field(default_factory=list)
 
 
 class RackPower(Out):
@@ -129,7 +144,7 @@ def _now() -> str:
 
 def _known(loaded: LoadedSite, path: Path
            ) -> tuple[list[HostPlan], dict[str, NodeState], StateStore | None]:
-    store = StateStore(path) if path.exists() else None
+    store = open_read_only(path)
     states = {n.hostname: n for n in store.nodes()} if store else {}
     return servers(loaded), states, store
 
@@ -207,10 +222,12 @@ def status(loaded: LoadedSite, profile: Profile | None = None) -> StatusReport:
     profile = profile or for_site(loaded)
     servers_, states, store = _known(loaded, profile.state_path)
     rack_of = {s.hostname: s.placement.rack for s in servers_}
+    ran = _execution(store) if store else {}
     nodes = [StatusNode(hostname=h, rack=rack_of.get(h), in_inventory=h in rack_of,
                         phase=st.phase.value,
                         failed_phase=st.failed_phase.value if st.failed_phase else None,
-                        reason=st.reason, updated_at=_iso(st.updated_at))
+                        reason=st.reason, updated_at=_iso(st.updated_at),
+                        execution=ran.get(h, []))
              for h, st in sorted(states.items())]
     phases: dict[str, int] = {}
     for st in states.values():
@@ -249,6 +266,23 @@ def status(loaded: LoadedSite, profile: Profile | None = None) -> StatusReport:
                         lab=profile.lab, state_path=str(profile.state_path),
                         generated_at=_now(), phases=phases, nodes=nodes, racks=racks,
                         runs=runs, backup=backup)
+
+
+def _execution(store: StateStore) -> dict[str, list[ExecutionAttempt]]:
+    """Per node, the attempts of its latest run that used execution nodes."""
+    out: dict[str, list[ExecutionAttempt]] = {}
+    for ev in store.events(kind="execution"):
+        if ev.hostname is None:
+            continue
+        d = ev.detail
+        seen = out.setdefault(ev.hostname, [])
+        if seen and seen[-1].run_id != ev.run_id:
+            seen.clear()  # a later run: only the latest one is shown
+        seen.append(ExecutionAttempt(run_id=ev.run_id, step=str(d.get("step", "")),
+                                     playbook=str(d.get("playbook", "")),
+                                     worker=str(d.get("worker", "")),
+                                     attempt=int(d.get("attempt", 1)), lost=d.get("lost")))
+    return out
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:

@@ -17,7 +17,9 @@ import away):
 
 A node that fails is marked failed with the reason and the phase it failed in; the others
 go on. A killed run leaves every node at its last committed phase and the next run resumes
-there; a failed node is retried from the phase it failed in. Nothing here prints.
+there; a failed node is retried from the phase it failed in. Before anything, a run that
+would configure a node at the site's pins below the bundle `upgrade apply` recorded for it
+is refused unless --allow-downgrade names it (refuse_downgrades). Nothing here prints.
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ from pathlib import Path
 from provisioner import bmc as bmc_mod
 from provisioner import leftovers
 from provisioner.bmc import BmcDriver, BmcTarget
-from provisioner.errors import ConfigError, InventoryError
+from provisioner.errors import ConfigError, InventoryError, StateError, UpgradeRefused
 from provisioner.inventory import checks
-from provisioner.inventory.findings import Category, Severity
+from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import select, servers
+from provisioner.inventory.valid import refusing
 from provisioner.lifecycle import (
     BEFORE_POWER_ON,
     LIFECYCLE,
@@ -86,6 +89,8 @@ class UpOptions:
     playbook: str = "site.yml"
     verify_playbook: str = "verify.yml"
     reinstall: str | None = None  # nodes (globs, like limit) Boot may reinstall when installed
+    # nodes (globs) this run may configure at site pins older than their recorded bundle
+    allow_downgrade: str | None = None
     # The nodes `provision add` just placed: their switch ports alone are pushed, and in the
     # lab the cluster side of their join runs in check mode (steps/join.py).
     adding: bool = False
@@ -123,8 +128,7 @@ def preflight(loaded: LoadedSite) -> list[str]:
     """Refuse an inventory with errors before touching anything (budget errors stop only
     their rack's nodes, in the run). Returns the warnings."""
     findings = checks.check(loaded)
-    errors = [f for f in findings if f.severity is Severity.ERROR
-              and f.category is not Category.BUDGET]
+    errors = refusing(findings)
     if errors:
         raise InventoryError(f"the inventory has {len(errors)} error(s); nothing was touched",
                              hint="run `provision validate` to see them", findings=errors)
@@ -143,6 +147,53 @@ def _rewind(store: StateStore, hosts: Sequence[str], target: Phase, run_id: int)
         if LIFECYCLE.index(here) > rank:
             store.transition(host, target, run_id=run_id,
                              detail={"from_phase": target.value, "rewind": True})
+
+
+def configured_by(store: StateStore, hosts: Sequence[str], from_phase: Phase | None
+                  ) -> set[str]:
+    """The nodes a run will configure (the playbooks at the site's pins): those at or
+    before os_ready once --from-phase rewound them, a failed one where it failed."""
+    out = set()
+    rank = LIFECYCLE.index(Phase.OS_READY)
+    for host in hosts:
+        try:
+            st = store.node(host)
+        except StateError:
+            continue  # never enrolled: a new node, with no bundle of its own
+        here = st.failed_phase if st.phase is Phase.FAILED else st.phase
+        if here not in LIFECYCLE:
+            continue
+        if from_phase is not None and LIFECYCLE.index(here) > LIFECYCLE.index(from_phase):
+            here = from_phase
+        if LIFECYCLE.index(here) <= rank:
+            out.add(host)
+    return out
+
+
+def refuse_downgrades(loaded: LoadedSite, store: StateStore, hosts: Sequence[str],
+                      opts: UpOptions) -> list[str]:
+    """Refused (exit 11, nothing touched): configuring a node below the bundle `upgrade
+    apply` recorded for it, unless --allow-downgrade names it. The notes for those it
+    names."""
+    allowed = frozenset(select(list(hosts), opts.allow_downgrade)) \
+        if opts.allow_downgrade else frozenset()
+    if opts.allow_downgrade and not allowed:
+        raise ConfigError(f"--allow-downgrade {opts.allow_downgrade!r} matches none of the "
+                          "selected nodes", hint="patterns are globs on host names")
+    found = drift.downgrades(loaded, store, configured_by(store, hosts, opts.from_phase))
+    refused = [d for d in found if d.hostname not in allowed]
+    if refused:
+        d = refused[0]
+        others = [f"{o.hostname} (bundle {o.bundle})" for o in refused[1:]]
+        raise UpgradeRefused(
+            f"up would move {d.hostname} below bundle {d.bundle}, which `upgrade apply` "
+            f"put on it: the site's software: pins take {', '.join(d.rows)}"
+            + (f"; and {', '.join(others)}" if others else "") + "; nothing was touched",
+            hint=f"set software: to bundle {d.bundle}'s versions (docs/upgrade.md, 'After "
+            "an upgrade'), or, to move it back on purpose, name it with --allow-downgrade "
+            f"{','.join(o.hostname for o in refused)} (kubeadm cannot take Kubernetes back)")
+    return [f"{d.hostname}: configured at the site's pins below bundle {d.bundle} "
+            f"(--allow-downgrade): {', '.join(d.rows)}" for d in found]
 
 
 def _retry_failed(ctx: Context, hosts: Sequence[str]) -> None:
@@ -226,12 +277,15 @@ def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
     store = StateStore(profile.state_path)
     command = "up" + (f" --limit {opts.limit}" if opts.limit else "") + (
         f" --from-phase {opts.from_phase.value}" if opts.from_phase else "") + (
-        f" --reinstall {opts.reinstall}" if opts.reinstall else "")
+        f" --reinstall {opts.reinstall}" if opts.reinstall else "") + (
+        f" --allow-downgrade {opts.allow_downgrade}" if opts.allow_downgrade else "")
     t0 = time.monotonic()
     with store.exclusive():
+        moved_back = refuse_downgrades(loaded, store, hosts, opts)
         notes = leftovers.after_killed_runs(store)
         if (behind := drift.note(loaded, store)) is not None:
             notes.append(behind)
+        notes += moved_back
         run_id = store.start_run(command)
         ctx = Context(loaded, os.environ if env is None else env,
                       engine.Journal(store, run_id, progress), stop or threading.Event(),

@@ -116,6 +116,8 @@ def discover_add_and_bring_up(site: Path, state: lab_mod.LabState) -> None:
     grown = load(site)
     node = next(n for p in grown.site.placements for n in p.nodes if n.hostname == host)
     assert str(node.addresses["mgmt"]) == "10.250.0.23"
+    # the NIC the BMC's PXE boot option names, not the first MAC (its data ports sort first)
+    assert node.macs == {"mgmt": small.mgmt_mac}
     # a real BMC's place in the inventory: the OOB address, the site's own login name
     assert "bmc: {protocol: redfish, address: 10.250.1.23, credentials: bmc}" \
         in (site / "placements.yaml").read_text().split(host)[1]

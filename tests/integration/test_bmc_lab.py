@@ -96,6 +96,11 @@ def test_inventory_facts_match_the_inventory(lab):
         assert facts.gpu_count == (block.gpu.count if block.gpu else 0)
         assert len(facts.psus) == (block.psu.count if block.psu else 0)
         assert set(macs[host]) <= set(facts.macs)  # the inventory's MAC among its NICs
+        # the management NIC as the BMC's PXE boot option names it, although the block's
+        # data ports (02:...) sort before it: what `provision add` records
+        mgmt = next(n.macs["mgmt"] for p in lab.site.placements for n in p.nodes
+                    if n.hostname == host)
+        assert facts.mgmt_mac == mgmt and facts.macs[0] != mgmt, facts
         assert compare_facts(plans[host], facts)[0] == []  # up's inspection: no problem
     for host in IPMI:
         assert res[host].ok and res[host].value.power_state in (PowerState.ON, PowerState.OFF)

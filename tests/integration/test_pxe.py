@@ -289,7 +289,8 @@ for path in paths:
     body = resp.read()
     leaks = [w for w in (b"PRIVATE KEY", b"#cloud-config", b"Directory listing", b"dhcp-host")
              if w in body]
-    print("got", source, path, resp.status, ",".join(w.decode().replace(" ", "_") for w in leaks) or "-")
+    said = ",".join(w.decode().replace(" ", "_") for w in leaks) or "-"
+    print("got", source, path, resp.status, said)
 """
 
 # Requests that named another node's secrets through the decoded path while the owner check

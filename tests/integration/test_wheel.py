@@ -5,6 +5,7 @@ inventories come from package data. Dependencies are reused from the running env
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import site
@@ -72,3 +73,80 @@ def test_installed_wheel_validates_and_renders_outside_the_checkout(installed, t
     roles = {p.name for p in (project / "roles").iterdir()}
     assert {p.name for p in (ROOT / "roles").iterdir()} <= roles
     assert str(ROOT) not in (project / "ansible.cfg").read_text()
+
+
+def _package_dir(venv: Path) -> Path:
+    return next(venv.glob("lib/python*/site-packages")) / "provisioner"
+
+
+def _written_into_package(venv: Path) -> list[Path]:
+    """Anything a command left inside the installed package (its data is read-only)."""
+    return sorted(p for p in _package_dir(venv).rglob(".provision*"))
+
+
+def test_every_command_reading_shipped_data_works_from_a_copied_site(installed, tmp_path):
+    """From a directory outside the checkout, on a copy of the example site: every command
+    that reads the tool's own templates, playbooks, roles, catalog or models."""
+    copy = tmp_path / "site"
+    shutil.copytree(ROOT / "inventories" / "example", copy,
+                    ignore=shutil.ignore_patterns(".provision"))
+
+    def ok(*args: str) -> str:
+        r = _run(installed, copy, *args)
+        assert r.returncode == 0, (args, r.stdout[-1500:], r.stderr[-1500:])
+        return r.stdout
+
+    ok("report", ".")  # templates/report
+    page = copy / ".provision" / "report" / "index.html"
+    assert page.is_file() and "<svg" in page.read_text()
+
+    assert "hosts and switches agree" in ok("fabric", "check", ".")  # templates/switch
+    fabric_out = tmp_path / "fabric"  # not inside the site: the loader reads its *.yaml
+    ok("fabric", "render", ".", "--out", str(fabric_out))
+    configs = sorted(fabric_out.glob("*/*"))
+    assert configs and all(p.read_text().strip() for p in configs), configs
+
+    ok("pxe", "render", ".", "--interface", "eth0")  # templates/pxe
+    pxe = copy / ".provision" / "pxe"
+    assert "dhcp-range" in (pxe / "dnsmasq.conf").read_text()
+    assert any((pxe / "ipxe").iterdir()) and any((pxe / "autoinstall").iterdir())
+
+    ok("render", ".")  # no --out: beside the site, playbooks/ roles/ templates/ copied
+    project = copy / ".provision" / "ansible" / "project"
+    assert (project / "site.yml").is_file() and (project / "ansible.cfg").is_file()
+    assert {p.name for p in (ROOT / "roles").iterdir()} <= {
+        p.name for p in (project / "roles").iterdir()}
+
+    catalog = ok("catalog", "--json")  # provisioner/inventory/catalog.yaml
+    assert "ipmi-switch-1g" in catalog
+    schema_file = tmp_path / "site.schema.json"
+    ok("schema", "--out", str(schema_file))
+    schema = json.loads(schema_file.read_text())
+    assert schema["$schema"].startswith("https://json-schema.org/") and schema["properties"]
+    assert _written_into_package(installed) == []
+
+
+def test_render_of_the_embedded_example_writes_to_the_current_directory(installed, tmp_path):
+    """No site, no --out: the embedded example (package data) is rendered into
+    ./.provision/ansible, never into site-packages."""
+    result = _run(installed, tmp_path, "render")
+    assert result.returncode == 0, result.stderr[-800:]
+    assert (tmp_path / ".provision" / "ansible" / "project" / "site.yml").is_file()
+    assert _written_into_package(installed) == []
+
+
+def test_commands_on_the_embedded_example_write_into_the_current_directory(installed,
+                                                                           tmp_path):
+    """No site, no --out: report, pxe render, fabric render and status on the embedded
+    example (package data) keep their files and the state store in ./.provision, never in
+    site-packages."""
+    for args in (("report",), ("pxe", "render", "--interface", "eth0"), ("fabric", "render"),
+                 ("status",)):
+        result = _run(installed, tmp_path, *args)
+        assert result.returncode == 0, (args, result.stdout[-800:], result.stderr[-800:])
+    state = tmp_path / ".provision"
+    assert (state / "report" / "index.html").is_file()
+    assert "dhcp-range" in (state / "pxe" / "dnsmasq.conf").read_text()
+    assert (state / "known_hosts").is_file()  # the nodes' host keys, for `up`
+    assert sorted((state / "fabric").glob("*/*"))
+    assert _written_into_package(installed) == []

@@ -48,7 +48,8 @@ def _discovered(site: Path, ident: str, block: str | None) -> StateStore:
         "lease_mac": None, "error": None,
         "facts": {"vendor": "NVIDIA", "model": "DGXH100", "serial": "1234",
                   "gpus": [["H100", 8]], "nvswitch_count": 4,
-                  "macs": ["7c:c2:55:00:00:40"]},
+                  "macs": ["7c:c2:55:00:00:40"], "mgmt_mac": "7c:c2:55:00:00:40",
+                  "mgmt_mac_how": "the only NIC among the BMC's network boot options"},
         "block": block, "confidence": 0.93 if block else None,
         "reasons": ["match: 8x H100"] if block else ["differs: no block has 3x L4"]}, run)
     store.end_run(run, "ok")
@@ -186,7 +187,7 @@ def test_cli_overload_exit_4_and_review_patch(site: Path, tmp_path: Path) -> Non
     res = runner.invoke(app, ["add", str(site), "--discovered", "disc-1234",
                               "--patch", str(patch)])
     assert res.exit_code == 0, res.output
-    assert patch.read_text() == GOLDEN.read_text()  # the MAC is the BMC's first NIC
+    assert patch.read_text() == GOLDEN.read_text()  # the MAC: the NIC the BMC PXE-boots
     assert (site / "placements-r02.yaml").read_text() == before  # nothing written
 
 
@@ -228,7 +229,7 @@ def test_an_imex_node_names_its_domain_peers_to_refresh(tmp_path: Path,
     tray = add_mod.Source(id=None, bmc=Bmc(protocol="redfish", address="10.2.0.40",
                                            credentials="bmc"),
                           block="gb200-nvl72-tray", confidence=None, reasons=(),
-                          mgmt_mac=None, serial=None)
+                          mgmt_mac="7c:c2:55:00:00:41", serial=None)
     result = add_mod.add(loaded, store, tray)
     assert (result.proposal.hostname, result.proposal.rack) == ("gb04", "r01")
     assert result.imex_peers == ("gb01", "gb02")
@@ -238,3 +239,71 @@ def test_an_imex_node_names_its_domain_peers_to_refresh(tmp_path: Path,
     assert "`provision up --limit gb01,gb02`" in capsys.readouterr().err
     cpu = dataclasses.replace(tray, block="hci-2u4n")
     assert add_mod.add(loaded, store, cpu).imex_peers == ()
+
+
+def _discovered_without_mac(site: Path, ident: str) -> StateStore:
+    """A node whose BMC names no network-boot NIC, found by no lease."""
+    store = _discovered(site, ident, "dgx-h100")
+    run = store.start_run("discover")
+    ev = store.events(ident, kind="discovery")[-1].detail
+    facts = {**ev["facts"], "mgmt_mac": None,
+             "mgmt_mac_how": "the BMC names no network-boot NIC"}
+    store.record(ident, "discovery", {**ev, "facts": facts}, run)
+    store.end_run(run, "ok")
+    return store
+
+
+def test_cli_mac_names_the_pxe_nic_the_bmc_cannot(site: Path) -> None:
+    """No MAC from the BMC or a lease: refused, with --mac in the hint; --mac then names it
+    (checked and written as the inventory writes a MAC, recorded with how it is known); a
+    typo is refused before anything is probed, and a MAC other than the BMC's is refused."""
+    store = _discovered_without_mac(site, "disc-1234")
+    res = runner.invoke(app, ["add", str(site), "--discovered", "disc-1234"])
+    assert res.exit_code == 2 and "--mac MAC" in " ".join(res.output.split()), res.output
+    bad = runner.invoke(app, ["add", str(site), "--discovered", "disc-1234", "--mac",
+                              "7c:c2:55:00:00"])
+    assert bad.exit_code == 2 and "not a MAC address" in bad.output, bad.output
+    before = (site / "placements-r02.yaml").read_text()
+    res = runner.invoke(app, ["add", str(site), "--discovered", "disc-1234", "--mac",
+                              "7C-C2-55-00-00-41", "--yes", "--no-up", "--json"])
+    assert res.exit_code == 0, res.output
+    grown = load(site)
+    node = next(n for p in grown.site.placements for n in p.nodes if n.hostname == "gpu-a05")
+    assert node.macs == {"mgmt": "7c:c2:55:00:00:41"}
+    assert (site / "placements-r02.yaml").read_text() != before
+    enrolled = [e for e in store.events("gpu-a05") if e.kind == "transition"][-1].detail
+    assert enrolled["mgmt_mac"] == "7c:c2:55:00:00:41"
+    assert enrolled["mgmt_mac_how"] == add_mod.NAMED_BY_OPERATOR
+    # the BMC names one: the same one is taken as the BMC's; another is refused
+    other = _discovered(site, "disc-5678", "dgx-h100")
+    source = add_mod.from_discovered(other, "disc-5678", "bmc")
+    assert add_mod.named_mac(source, "7c:c2:55:00:00:40") == source
+    with pytest.raises(ConfigError, match="not the management NIC discovery knows: "
+                       "7c:c2:55:00:00:40"):
+        add_mod.named_mac(source, "7c:c2:55:00:00:99")
+
+
+def test_a_rack_whose_shared_circuit_would_go_over_is_not_chosen(tmp_path: Path) -> None:
+    """r03 is empty and its own feed carries a DGX H100 easily, but its feed hangs off
+    pdu1-cb1, which r01 already loads to 77.5 %: with the DGX the circuit is at 141 %, so
+    the node goes to r04 (no shared circuit), and --rack r03 is refused with the numbers
+    `validate` would print (test_power_circuits' site: 16,000 VA usable per circuit)."""
+    from provisioner.inventory.findings import errors
+    from tests.unit.test_power_circuits import RACK, write
+
+    racks = "racks:\n" + "".join(
+        RACK.format(name=n, feed="A", circuit=f", circuit: {c}" if c else "")
+        for n, c in (("r01", "pdu1-cb1"), ("r02", "pdu2-cb1"), ("r03", "pdu1-cb1"),
+                     ("r04", None)))
+    loaded = load(write(tmp_path, racks))
+    assert not errors(checks.check(loaded))  # the site as it is: every circuit within
+    p = place.propose(loaded.site, loaded.catalog, "dgx-h100", BMC)
+    assert p.rack == "r04", [(f.rack, f.failures) for f in p.checked]
+    r03 = next(f for f in p.checked if f.rack == "r03")
+    said = ("circuit pdu1-cb1: worst-case load r01 (feed A) 12,400 VA + r03 (feed A) "
+            "10,200 VA = 22,600 VA is 141% of its usable 16,000 VA")
+    assert r03.u == 1 and any(m.startswith(said) for m in r03.failures), r03.failures
+    assert len(r03.failures) == 1  # its own feed, cooling and space are fine
+    with pytest.raises(BudgetError) as err:
+        place.propose(loaded.site, loaded.catalog, "dgx-h100", BMC, rack="r03")
+    assert said in err.value.message and "--rack r04" in (err.value.hint or "")

@@ -1,4 +1,6 @@
-"""The shipped catalog: sourced figures, and the traps DOMAIN.md §7 lists."""
+"""The shipped catalog: sourced figures, and the traps where secondary sources contradict the
+vendor (DGX H100 8U 4+2 per NVIDIA's user guide, not 4U; DGX-2 10U, not 8U; V100 needs the
+proprietary kernel modules; GB200 runs IMEX, not fabric manager)."""
 
 from __future__ import annotations
 

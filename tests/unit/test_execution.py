@@ -217,3 +217,73 @@ def test_up_step_records_the_worker_and_fails_a_lost_share_with_the_reason(tmp_p
         [ev] = [e for e in store.events(h) if e.kind == "execution"]
         assert ev.detail["worker"] == "ex1" and ev.detail["attempt"] == 1
         assert ev.detail["playbook"] == "ping.yml" and "Connection refused" in ev.detail["lost"]
+
+
+def test_a_node_lost_earlier_in_the_run_is_not_tried_first_again(tmp_path):
+    """`lost` carries the run's lost nodes from batch to batch: ex1, lost before, gets no
+    share and no first attempt (real ssh: both nodes refuse); ex2, lost now, is added
+    with ssh's reason. The old split tried ex1 first at every batch."""
+    out = render.render(load(EXAMPLE), tmp_path / "ansible").out
+    ex = Execution(split_by="host", connect_timeout_s=5, nodes=(
+        ExecutionNode(name="ex1", address="127.0.0.1", port=1),
+        ExecutionNode(name="ex2", address="127.0.0.1", port=2)))
+    lost = {"ex1": "execution node ex1 (127.0.0.1) lost: ssh exited 255"}
+    tried: list[tuple[str, int]] = []
+    outcomes = dispatch.run_batch(ex, {}, out, "ping.yml", ["cp01", "dgx01"],
+                                  idempotent=True, lost=lost,
+                                  record=lambda a, n: tried.append((a.worker, n)))
+    assert tried == [("ex2", 1)]
+    assert [o.hosts for o in outcomes] == [["cp01", "dgx01"]]
+    assert set(lost) == {"ex1", "ex2"}
+    assert "Connection refused" in lost["ex2"]
+    # every node lost: all are tried again rather than none (one may be back)
+    tried.clear()
+    dispatch.run_batch(ex, {}, out, "ping.yml", ["cp01", "dgx01"], idempotent=False,
+                       lost=lost, record=lambda a, n: tried.append((a.worker, n)))
+    assert sorted(tried) == [("ex1", 1), ("ex2", 1)]
+
+
+def test_status_says_which_execution_node_ran_what(tmp_path):
+    """`status` and `status --json` list each node's attempts of its latest run on
+    execution nodes: worker, step, attempt and why a node was lost."""
+    from typer.testing import CliRunner
+
+    from provisioner.cli import app
+    from provisioner.lifecycle import Phase
+    from provisioner.profile import for_site
+    from provisioner.state import StateStore
+    from provisioner.workflows import report
+
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    add_provisioning(site / "site.yaml", "provisioning:\n  execution:\n    nodes:\n"
+                     "      - {name: ex1, address: 10.9.0.1}\n"
+                     "      - {name: ex2, address: 10.9.0.2}\n")
+    loaded = load(site)
+    store = StateStore(for_site(loaded).state_path)
+    moved_to(store, ["dgx01", "dgx02"], Phase.OS_READY)
+    old = store.start_run("up")
+    store.record("dgx01", "execution", {"step": "configure", "playbook": "site.yml",
+                                        "worker": "ex2", "attempt": 1, "lost": None},
+                 run_id=old)
+    run = store.start_run("up")
+    for worker, attempt, why in (("ex1", 1, "execution node ex1 (10.9.0.1) lost: ssh "
+                                  "exited 255"), ("ex2", 2, None)):
+        store.record("dgx01", "execution", {"step": "configure", "playbook": "site.yml",
+                                            "worker": worker, "attempt": attempt,
+                                            "lost": why, "artifact_dir": None}, run_id=run)
+    store.record("dgx01", "execution", {"step": "verify", "playbook": "verify.yml",
+                                        "worker": "ex2", "attempt": 1, "lost": None},
+                 run_id=run)
+    got = {n.hostname: n for n in report.status(loaded).nodes}
+    assert [(a.step, a.worker, a.attempt, a.run_id) for a in got["dgx01"].execution] == [
+        ("configure", "ex1", 1, run), ("configure", "ex2", 2, run), ("verify", "ex2", 1, run)]
+    assert got["dgx01"].execution[0].lost is not None
+    assert got["dgx02"].execution == []
+    cli = CliRunner()
+    doc = json.loads(cli.invoke(app, ["status", str(site), "--json"]).stdout)
+    [dgx01] = [n for n in doc["nodes"] if n["hostname"] == "dgx01"]
+    assert [a["worker"] for a in dgx01["execution"]] == ["ex1", "ex2", "ex2"]
+    assert "lost: ssh exited 255" in dgx01["execution"][0]["lost"]
+    text = cli.invoke(app, ["status", str(site)], terminal_width=400).stdout
+    assert "configure ex1 (lost), ex2; verify ex2" in text

@@ -104,3 +104,42 @@ def test_push_prune_is_passed_on_and_stale_lines_are_shown(tmp_path: Path,
     assert pruned.exit_code == 0 and seen["prune"] is True, pruned.output
     doc = json.loads(pruned.output)
     assert doc["switches"][0]["pruned"] == [line] and doc["switches"][0]["stale"] == []
+
+
+def test_lab_stand_ins_are_said_with_what_they_cannot_compare(tmp_path: Path) -> None:
+    """A lab overlay standing FRR's vtysh (cisco_ios) in for the Cumulus leaf: diff, push
+    and check --live say, in their notes and in text, what answers and what is not
+    compared or sent. The stand-in's port is held closed: nothing is reached."""
+    import socket
+
+    site = _site(tmp_path, "name:", "name:")
+    lab = site / ".provision" / "lab"
+    lab.mkdir(parents=True)
+    (lab / "pw").write_text("x\n")
+    (lab / "pw").chmod(0o600)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        port = closed.getsockname()[1]
+        (lab / "overlay.yaml").write_text(json.dumps({  # JSON is YAML
+            "bmc": {}, "credentials": {"lab-switch": {
+                "username": "admin", "password": {"file": str(lab / "pw")}}},
+            "switches": {"leaf01": {"address": "127.0.0.1", "port": port,
+                                    "credentials": "lab-switch", "stand_in": "cisco_ios"}}}))
+        said = ("lab: leaf01 is stood in by FRRouting's vtysh (IOS-style CLI), not Cumulus "
+                "Linux (NVUE): ")
+        for cmd in ("diff", "push"):
+            doc = json.loads(runner.invoke(app, ["fabric", cmd, str(site), "--json"]).output)
+            assert doc["notes"] == [said + "its cumulus config (PFC, ECN, the DSCP map, DSCP "
+                                    "trust and the port MTU) is rendered and checked, not "
+                                    "pushed; only port descriptions are diffed and pushed"]
+            assert doc["switches"][0]["nos"] == "cisco_ios"
+        text = runner.invoke(app, ["fabric", "diff", str(site)]).output
+        assert "note: " + said in " ".join(text.split())
+        live = json.loads(runner.invoke(app, ["fabric", "check", "--live", str(site),
+                                              "--json"]).output)
+        assert live["notes"] == [said + "PFC, ECN, the DSCP map, DSCP trust and the port MTU "
+                                 "cannot be compared live; `fabric check` without --live "
+                                 "compares its rendered cumulus config with the hosts"]
+    # no lab: no note
+    plain = json.loads(runner.invoke(app, ["fabric", "check", str(EXAMPLE), "--json"]).output)
+    assert plain["notes"] == []

@@ -1,4 +1,6 @@
-"""Power arithmetic against the worked values in shared/reference/DOMAIN.md §1.3."""
+"""Power arithmetic against worked values: single- and three-phase VA, NEC 210.20(A)'s 80 %
+continuous-load rule (datacentermd.com works 208 V x 30 A x sqrt(3) x 0.8 = 8,646 VA), 2N on
+one feed, BTU/h = W x 3.412, and airflow against NVIDIA's DGX H100 and B200 user guides."""
 
 from __future__ import annotations
 

@@ -238,3 +238,58 @@ def test_an_inventory_that_does_not_load_still_gets_a_page_of_findings(tmp_path)
     assert "unknown key &#39;hostnme&#39;" in page
     assert re.search(r"unknown_key\.yaml:\d+:\d+", page)
     assert "No rack can be drawn" in page
+
+
+def _circuit_rows(html: str) -> dict[str, list[str]]:
+    """The circuits table as a parser reads it: per data-circuit row, its cells' text."""
+    from html.parser import HTMLParser
+
+    rows: dict[str, list[str]] = {}
+
+    class Rows(HTMLParser):
+        row: str | None = None
+        cell: list[str] | None = None
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            found = dict(attrs)
+            if tag == "tr" and found.get("data-circuit"):
+                self.row = str(found["data-circuit"])
+                rows[self.row] = [str(found.get("data-over"))]
+            elif tag == "td" and self.row is not None:
+                self.cell = []
+
+        def handle_endtag(self, tag: str) -> None:
+            if tag == "td" and self.row is not None and self.cell is not None:
+                rows[self.row].append(" ".join("".join(self.cell).split()))
+                self.cell = None
+            elif tag == "tr":
+                self.row = None
+
+        def handle_data(self, data: str) -> None:
+            if self.cell is not None:
+                self.cell.append(data)
+
+    Rows().feed(html)
+    return rows
+
+
+def test_the_page_shows_the_shared_circuits_with_power_py_numbers(tmp_path):
+    """Two racks on pdu1-cb1 (test_power_circuits' site: 12,400 VA each on 16,000 VA
+    usable): the circuits table says 155 %, marks the row over, and names both racks with
+    the loads `provision power` sums; pdu2-cb1 carries nothing. A site without circuits:
+    no such section."""
+    from tests.unit.test_power_circuits import single_racks, write
+
+    loaded, rep = _report(write(tmp_path, single_racks("pdu1-cb1", "pdu1-cb1")))
+    html = render_html(rep)
+    assert '<section id="circuits">' in html and not rep.ok
+    rows = _circuit_rows(html)
+    want = power.budget(loaded.site, loaded.catalog).circuits[0]
+    assert rows["pdu1-cb1"] == [
+        "true", "pdu1-cb1", "single-phase 200 V / 100 A ×0.8", f"{want.usable_va:,.0f}",
+        "24,800", "155%", "r01 (feed A, 12,400 VA), r02 (feed A, 12,400 VA)"]
+    assert rows["pdu2-cb1"] == ["false", "pdu2-cb1", "single-phase 200 V / 100 A ×0.8",
+                                "16,000", "0", "0%", "none"]
+    assert "circuit pdu1-cb1: worst-case load" in html  # power.py's message, as validate
+    _, plain = _report(EXAMPLE)
+    assert 'id="circuits"' not in render_html(plain) and plain.circuits == ()

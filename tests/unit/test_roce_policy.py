@@ -1,4 +1,5 @@
-"""The RoCE contract: values from DOMAIN.md section 2 / NVIDIA's lossless RoCE defaults."""
+"""The RoCE contract: values from NVIDIA's lossless RoCE defaults (Cumulus Linux 5.14 "RDMA
+over Converged Ethernet - RoCE"; Onyx "RoCE Commands")."""
 
 from __future__ import annotations
 

@@ -275,9 +275,12 @@ def test_plan_and_status_from_the_state_store(example_copy):
 
 
 def test_the_documented_schemas_are_the_code_s():
+    """up.md points at the schema files (docs/schemas/), which are the code's."""
     text = (ROOT / "docs" / "up.md").read_text()
-    blocks = re.findall(r"<!-- schema: (\S+) -->\n```json\n(.*?)\n```", text, re.S)
-    documented = {name: json.loads(body) for name, body in blocks}
+    files = re.findall(r"\(schemas/(provisioner\.\w+\.v1\.json)\)", text)
+    documented = {json.loads((ROOT / "docs" / "schemas" / f).read_text())["properties"]
+                  ["schema"]["const"]: json.loads((ROOT / "docs" / "schemas" / f).read_text())
+                  for f in files}
     assert documented == report.json_schemas()
 
 
@@ -499,3 +502,41 @@ def test_up_refuses_a_ready_kubernetes_node_without_its_marker(example_copy, mon
     assert boot.detail["cluster"] == "absent"
     planes = [s.hostname for s in up_mod.servers(load(EXAMPLE)) if s.control_plane]
     assert planes and all(sorted(names) == sorted(planes) for _, names in asked)
+
+
+def test_a_switchs_fabric_line_is_not_printed_again_as_a_note(capsys, tmp_path):
+    """The lab `up` log (plain progress) printed the fabric step's outcome as its step line
+    and then again, word for word, as a summary note. The plain line said it in full: the
+    note is not repeated (it stays in the result's notes, for --json); a live table, which
+    cuts a long detail, still gets the note, and other notes are printed as before."""
+    from provisioner.console import Console
+    from provisioner.lifecycle import Phase
+    from provisioner.workflows.engine import NodeOutcome
+
+    detail = ("pushed 4 line(s), read back and saved (lab: stand-in for a cumulus switch, "
+              "driven as cisco_ios; its cumulus config was checked, not pushed)")
+    other = "lab: OS install skipped (the lab provides the OS)"
+
+    def result() -> up_mod.UpResult:
+        return up_mod.UpResult(
+            run_id=1, site="s", lab=True, state_path=tmp_path / "state.db", project_dir=None,
+            nodes=[NodeOutcome("dgx01", Phase.ENROLLED, Phase.READY, steps=["ready"])],
+            notes=[f"fabric: leaf01 {detail}", other], interrupted=False, elapsed_s=1.0,
+            ansible_s=0.0)
+
+    con = Console()
+    with con.up_progress(["dgx01"], live=False) as show:
+        show(up_mod.Progress("leaf01", "fabric", "start", "check passed; diff and push"))
+        show(up_mod.Progress("leaf01", "fabric", "ok", detail))
+    con.up_result(result())
+    both = capsys.readouterr()
+    assert f"leaf01: fabric ok: {detail}" in both.err.splitlines()
+    out = " ".join(both.out.split())
+    assert detail not in out and f"note: {other}" in out
+    assert [ln for ln in (both.err + both.out).splitlines() if "driven as cisco_ios" in ln] \
+        == [f"leaf01: fabric ok: {detail}"]
+    live = Console()
+    with live.up_progress(["dgx01"], live=True) as show:
+        show(up_mod.Progress("leaf01", "fabric", "ok", detail))
+    live.up_result(result())
+    assert f"note: fabric: leaf01 {detail}" in " ".join(capsys.readouterr().out.split())

@@ -73,10 +73,26 @@ class Recorder:
         return dict.fromkeys(batch)
 
 
+STOR01 = 'macs: {mgmt: "52:54:00:00:00:31"}'
+
+
+def stor01_in_kubernetes(site: Path) -> None:
+    """The example's stor01 is a storage node outside Kubernetes (no worker role: no
+    kubelet, no Node object); here it joins the cluster as a worker too, so the cordon and
+    drain rules have a third worker to show them on. test_upgrade_outside_kubernetes
+    upgrades the example's own stor01."""
+    placements = site / "placements.yaml"
+    text = placements.read_text()
+    assert text.count(STOR01) == 1
+    placements.write_text(text.replace(STOR01, STOR01 + "\n        roles: [worker, storage]"))
+
+
 def _ready_site(tmp_path: Path) -> tuple[LoadedSite, Profile, list[str], StateStore]:
-    """A copy of the example site whose servers are all recorded ready."""
+    """A copy of the example site whose servers are all recorded ready (stor01 a worker
+    too: stor01_in_kubernetes)."""
     site = tmp_path / "site"
     shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    stor01_in_kubernetes(site)
     loaded = load(site)
     profile = for_site(loaded, lab=False)
     hosts = [p.hostname for p in servers(loaded)]

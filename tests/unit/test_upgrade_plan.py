@@ -1,5 +1,6 @@
-"""upgrade plan: refusals against DOMAIN.md §3-§4, bundle errors with file:line, changes,
-batches per failure domain, and the CLI's exit code 11."""
+"""upgrade plan: refusals against the CUDA release notes (Table 3), the Fabric Manager user
+guide and the Kubernetes version-skew policy, bundle errors with file:line, changes, batches
+per failure domain, and the CLI's exit code 11."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from provisioner.upgrade import apply as apply_mod
 from provisioner.upgrade.plan import Durations, PlanOptions, make_plan
 from provisioner.upgrade.schedule import Scheduler
 from tests.conftest import EXAMPLE, ROOT
+from tests.unit.test_upgrade_apply import stor01_in_kubernetes
 
 GOOD = """\
 bundle: {name: "next"}
@@ -33,8 +35,11 @@ kubernetes: "1.36.4"
 
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
+    """The example site, stor01 a Kubernetes worker too (test_upgrade_apply's
+    stor01_in_kubernetes: the batches show three workers)."""
     dest = tmp_path / "site"
     shutil.copytree(EXAMPLE, dest, ignore=shutil.ignore_patterns(".provision"))
+    stor01_in_kubernetes(dest)
     return dest
 
 
@@ -367,3 +372,51 @@ def test_auto_modules_that_move_from_proprietary_to_open_are_said(site: Path) ->
     again = site.parent / "again"
     shutil.copytree(EXAMPLE, again, ignore=shutil.ignore_patterns(".provision"))
     assert not any("kernel modules go" in w for w in plan_of(again, GOOD).warnings)
+
+
+def test_a_plan_run_again_after_apply_finished_says_there_is_nothing_to_do(
+        site: Path) -> None:
+    """Every server carries the bundle's `upgraded` record (apply finished): `plan` says in
+    words and in JSON that all of them are on the bundle, instead of an order, no batch
+    and "planned 0 min". One node left part-way is still something to do."""
+    import json
+
+    from provisioner.lifecycle import Phase
+    from provisioner.state import StateStore
+    from provisioner.upgrade.drift import UPGRADED
+    from provisioner.upgrade.plan import effective
+
+    (site / "bundles" / "next.yaml").write_text(GOOD)
+    loaded = load(site)
+    done = effective(loaded, load_bundle(site, "next").bundle).components()
+    hosts = [h.hostname for h in servers(loaded)]
+    db = site / "elsewhere" / "state.db"
+    db.parent.mkdir()
+    store = StateStore(db)
+    store.enroll(hosts)
+    for h in hosts:
+        for p in (Phase.INSPECTED, Phase.BOOTING, Phase.OS_READY, Phase.CONFIGURED,
+                  Phase.VERIFIED, Phase.READY):
+            store.transition(h, p)
+        store.record(h, UPGRADED, {"bundle": "next", "versions": done})
+
+    def cli(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "provisioner", "upgrade", "plan",
+                               str(site), "--to", "next", "--state", str(db), *extra],
+                              capture_output=True, text=True, cwd=ROOT)
+
+    text = cli()
+    assert text.returncode == 0, text.stderr
+    said = f"nothing to do: all {len(hosts)} nodes are on bundle next"
+    assert text.stdout.startswith(said), text.stdout
+    assert "batch" not in text.stdout and "planned 0 min" not in text.stdout
+    rep = json.loads(cli("--json").stdout)
+    assert rep["nothing_to_do"] is True and rep["summary"].startswith(said)
+    assert rep["batches"] == [] and rep["ok"] is True
+    one = json.loads(cli("--json", "--limit", "dgx01").stdout)
+    assert one["summary"].startswith("nothing to do: dgx01 is on bundle next")
+    # dgx02 cordoned by a run that stopped: apply takes it up again, not nothing to do
+    store.transition("dgx02", Phase.CORDONED, detail={"bundle": "next"})
+    again = json.loads(cli("--json").stdout)
+    assert again["nothing_to_do"] is False
+    assert again["summary"].startswith(f"1 of {len(hosts)} nodes move to bundle next")

@@ -32,3 +32,5 @@ class Context:
     notes: list[str] = field(default_factory=list)
     # Set by a second Ctrl-C: cancel the playbook in flight (`stop` lets it finish).
     abort: threading.Event = field(default_factory=threading.Event)
+    # Execution nodes lost in this run (name -> why): later batches split over the others.
+    lost_workers: dict[str, str] = field(default_factory=dict)

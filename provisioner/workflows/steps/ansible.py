@@ -111,7 +111,8 @@ class Playbook:
                     ctx.loaded.site.provisioning.execution,
                     {h: p.placement.rack for h, p in ctx.plans.items()}, proj, self.playbook,
                     group, idempotent=self.idempotent, forks=self.forks, on_event=on_task,
-                    cancel=ctx.abort.is_set, record=record, together=cps)
+                    cancel=ctx.abort.is_set, record=record, together=cps,
+                    lost=ctx.lost_workers)
         for out in outcomes:
             final = out.final
             if final.result is not None:

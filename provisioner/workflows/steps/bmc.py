@@ -44,10 +44,16 @@ def compare_facts(server: HostPlan, facts: HardwareFacts) -> tuple[list[str], li
 
 
 def blocked_racks(loaded: LoadedSite) -> dict[str, str]:
-    """Racks whose feeds or cooling cannot carry what is placed in them -> why."""
+    """Racks whose feeds, upstream circuit or cooling cannot carry what is placed in them
+    -> why (every rack on an over-budget circuit: powering them on may trip it)."""
     report = power.budget(loaded.site, loaded.catalog)
-    return {r.name: "; ".join(f.message for f in r.failures)
-            for r in report.racks if any(f.check in ("power", "cooling") for f in r.failures)}
+    blocked = {r.name: "; ".join(f.message for f in r.failures)
+               for r in report.racks if any(f.check in ("power", "cooling") for f in r.failures)}
+    for c in report.circuits:
+        for f in c.failures:
+            for rack in c.racks:
+                blocked[rack] = "; ".join(filter(None, (blocked.get(rack), f.message)))
+    return blocked
 
 
 def budget_gate(ctx: Context, hosts: Sequence[str]) -> None:

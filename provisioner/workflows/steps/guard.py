@@ -34,7 +34,7 @@ import paramiko  # type: ignore[import-untyped]  # no stubs; a netmiko dependenc
 
 from provisioner.inventory.loader import LoadedSite
 from provisioner.profile import Profile
-from provisioner.statedir import NAME
+from provisioner.statedir import location
 
 MARKER = "/etc/provisioner-installed"
 KUBECONFIG = "/etc/kubernetes/admin.conf"  # kubeadm's admin kubeconfig on a control plane
@@ -71,7 +71,7 @@ def login_for(loaded: LoadedSite, profile: Profile) -> Login:
     key = None
     if ssh.private_key_file:
         key = str((loaded.base_dir / ssh.private_key_file).expanduser())
-    site_known = loaded.base_dir / NAME / "known_hosts"
+    site_known = location(loaded.base_dir) / "known_hosts"
     return Login(user=ssh.user, port=ssh.port, key_file=key, accept_any_host_key=profile.lab,
                  known_hosts=str(site_known) if site_known.is_file() else None)
 
