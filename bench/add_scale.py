@@ -16,7 +16,10 @@ for both. Goal: T(1,000)/T(10) <= 1.5 for the process.
 Not included: reading the new BMC (one Redfish session to one node, the same at every
 size) and the bring-up of the node (`up --limit`, also one node).
 
-    python bench/add_scale.py [--repeat 3] [--sizes 10,100,1000]
+    python bench/add_scale.py [--repeat 3] [--sizes 10,100,1000] [--smoke]
+
+--smoke: sizes 10 and 20, one round, to see that the bench still runs end to end (its
+ratio means nothing).
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.inventory_scale import generate
+# the sibling bench's generated racks (bench/ is first on sys.path when run as a script)
+from inventory_scale import generate
+
 from provisioner import profile
 from provisioner.discover import add as add_mod
 from provisioner.inventory import load
@@ -109,7 +114,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sizes", default="10,100,1000")
+    ap.add_argument("--smoke", action="store_true", help="sizes 10 and 20, one round")
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.repeat = "10,20", 1
     sizes = [int(s) for s in args.sizes.split(",")]
     times: dict[tuple[int, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -17,7 +17,9 @@ same rounds: no kubelet is ever newer than an API server). It prints:
   planes one at a time; every API server moved before any kubelet when Kubernetes
   changes), which no schedule beats.
 
-    python bench/upgrade_sim.py [--nodes 1000]
+    python bench/upgrade_sim.py [--nodes 1000] [--smoke]
+
+--smoke: 100 nodes, to see that the bench still runs end to end.
 """
 
 from __future__ import annotations
@@ -83,9 +85,11 @@ def run(name: str, nodes: int, racks: list[int], max_unavailable: int | str,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1000)
-    n = ap.parse_args().nodes
+    ap.add_argument("--smoke", action="store_true", help="100 nodes")
+    args = ap.parse_args()
+    n = 100 if args.smoke else args.nodes
     print(f"per-node time: {Durations().node_s(True):.0f} s with a reboot, "
           f"{Durations().node_s(False):.0f} s without (control planes)")
     print(f"{n} nodes; bundle 'gpu': driver/CUDA/DOCA/DCGM/containerd (workers alongside "

@@ -10,4 +10,15 @@ echo "== mypy"; mypy provisioner roles/base_os/filter_plugins
 # a lab killed before `lab down` (a killed test run) keeps its bridge and gateway address;
 # only namespaces with no process left in them, and their bridges, are removed
 if [ "$(id -u)" = 0 ]; then echo "== lab leftovers"; provision lab prune; fi
-echo "== pytest"; pytest "$@"
+# Unit tests are independent: one worker per core (pytest-xdist). The integration tests
+# share one lab per session (tests/integration/conftest.py) and start peers on fixed
+# addresses: one process, in file order. Arguments naming tests run them alone, as given.
+paths=0
+for arg in "$@"; do [[ "$arg" == -* ]] || paths=1; done
+if ((paths)); then echo "== pytest"; exec pytest "$@"; fi
+# Both run whatever the first gives; the exit status is the first failure's.
+echo "== pytest (unit, ${PYTEST_WORKERS:=2} workers)"
+rc=0; pytest tests/unit -n "$PYTEST_WORKERS" "$@" || rc=$?
+echo "== pytest (integration)"
+pytest tests/integration "$@" || { r=$?; ((rc)) || rc=$r; }
+exit "$rc"

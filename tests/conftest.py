@@ -16,6 +16,8 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import filter_loader
 from ansible.template import Templar, trust_as_template
+from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase, ReadOnlyDatabase
 
 from provisioner.lifecycle import LIFECYCLE, Phase
 from provisioner.state import StateStore
@@ -25,6 +27,24 @@ FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLE = ROOT / "inventories" / "example"
 VSCALER = ROOT / "inventories" / "vscaler-dgx"
 ON_CI = os.environ.get("CI") == "true"
+
+# Hypothesis: every failing example a run finds is kept in tests/hypothesis-db/, which is
+# committed with the fix, so every later run (CI's included) tries it first. CI reads it
+# and writes nothing. HYPOTHESIS_PROFILE=thorough runs each property at its thorough count
+# (examples() below); the default is the count that found the bugs so far.
+HYPOTHESIS_DB = ROOT / "tests" / "hypothesis-db"
+settings.register_profile("dev", database=DirectoryBasedExampleDatabase(HYPOTHESIS_DB))
+settings.register_profile("ci", database=ReadOnlyDatabase(
+    DirectoryBasedExampleDatabase(HYPOTHESIS_DB)), print_blob=True)
+settings.register_profile("thorough", parent=settings.get_profile("dev"))
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci" if ON_CI else "dev")
+settings.load_profile(HYPOTHESIS_PROFILE)
+
+
+def examples(found: int, thorough: int) -> int:
+    """A property's max_examples: `found`, the count at which it found the bugs it found
+    (each test says which), or `thorough` under HYPOTHESIS_PROFILE=thorough."""
+    return thorough if HYPOTHESIS_PROFILE == "thorough" else found
 
 
 @pytest.fixture(autouse=True)

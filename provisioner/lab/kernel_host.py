@@ -6,22 +6,31 @@ QEMU guest booted from a Debian root with Debian's kernel (debootstrap, built on
 cached), on a disk image made afresh for each start: there those steps run for real and
 change nothing outside the guest (tests/integration/test_kernel_host.py).
 
-The guest runs under TCG, QEMU's own CPU emulation: nested KVM on the CI machines (a
-Firecracker VM) starts a guest that never prints a line (measured), so KVM is not used.
-Its network is QEMU's user mode with `restrict=on` (no packet leaves the guest) and one
-forward, loopback port to the guest's sshd. Needs root (an overlay mount), debootstrap,
-e2fsprogs (mke2fs -d), util-linux (mkswap) and qemu-system-x86.
+The guest runs under KVM where KVM runs guests here (accelerator(): /dev/kvm answers
+KVM_GET_API_VERSION with 12 and a one-sector guest under it writes to its serial port
+within KVM_PROBE_S), else under TCG, QEMU's own CPU emulation: nested KVM on the CI
+machines (a Firecracker VM) opens, creates VMs and answers version 12, yet a guest under
+it runs nothing (measured: neither SeaBIOS nor the probe sector prints, `-cpu host` aborts
+on an MSR), which a check of /dev/kvm alone would take for working. KernelHost.accel and
+.accel_note say which ran and why. Its network is QEMU's user mode with `restrict=on` (no
+packet leaves the guest) and one forward, loopback port to the guest's sshd. Needs root
+(an overlay mount), debootstrap, e2fsprogs (mke2fs -d), util-linux (mkswap) and
+qemu-system-x86.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
+import functools
+import os
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +51,12 @@ DISK_SIZE = "2G"  # the root is about 850 MB
 SWAP_SIZE_MB = 64  # a real swap device, so that the kubelet's swapoff has one to turn off
 MEMORY_MB = 1024
 BOOT_TIMEOUT_S = 300.0  # measured: 27 s to sshd under TCG on a 2-core CI machine
+KVM_API_VERSION = 12  # the only version the kernel has answered since 2.6.22 (api.rst)
+KVM_GET_API_VERSION, KVM_CREATE_VM = 0xAE00, 0xAE01  # _IO(KVMIO, 0x00), _IO(KVMIO, 0x01)
+KVM_PROBE_S = 10.0  # the probe sector prints under TCG in under a second (measured)
+# A boot sector that writes "K" to COM1 and halts: mov dx,0x3f8; mov al,'K'; out dx,al;
+# hlt; jmp $-1. Under an accelerator that runs guest code SeaBIOS boots it at once.
+PROBE_SECTOR = bytes([0xBA, 0xF8, 0x03, 0xB0, 0x4B, 0xEE, 0xF4, 0xEB, 0xFD])
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,8 @@ class KernelHost:
     key: Path  # the private key root's authorized_keys holds
     workdir: Path
     process: subprocess.Popen[bytes] = field(compare=False, repr=False)
+    accel: str = "tcg"  # QEMU's -accel: kvm or tcg
+    accel_note: str = ""  # why that one (accelerator())
 
     def ssh_argv(self, command: str, *, stdin: bool = False) -> list[str]:
         """ssh to the guest as root, running `command`; no stdin unless asked (the tests'
@@ -108,6 +125,62 @@ def _disks(root: Path, workdir: Path, name: str, key: Path) -> tuple[Path, Path]
     return disk, swap
 
 
+def _kvm_opens() -> str | None:
+    """Why /dev/kvm cannot host a guest, or None where it answers as KVM does."""
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+    except OSError as e:
+        return f"/dev/kvm: {e.strerror}"
+    try:
+        version = fcntl.ioctl(fd, KVM_GET_API_VERSION)
+        if version != KVM_API_VERSION:
+            return f"/dev/kvm answers KVM_GET_API_VERSION {version}, not {KVM_API_VERSION}"
+        os.close(fcntl.ioctl(fd, KVM_CREATE_VM, 0))
+    except OSError as e:
+        return f"/dev/kvm: {e.strerror}"
+    finally:
+        os.close(fd)
+    return None
+
+
+def runs_a_guest(accel: str) -> bool:
+    """Whether a guest under `accel` runs: the probe sector's "K" on its serial port within
+    KVM_PROBE_S (QEMU, ours alone, is killed either way)."""
+    with tempfile.TemporaryDirectory(prefix="kvm-probe-") as tmp:
+        disk, serial = Path(tmp) / "probe.img", Path(tmp) / "serial.log"
+        disk.write_bytes(PROBE_SECTOR.ljust(510, b"\0") + b"\x55\xaa")
+        serial.touch()
+        proc = subprocess.Popen(
+            ["qemu-system-x86_64", "-accel", accel, "-m", "16", "-display", "none",
+             "-monitor", "none", "-no-reboot", "-serial", f"file:{serial}",
+             "-drive", f"file={disk},format=raw,if=floppy"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent)  # noqa: PLW1509 - no threads here
+        try:
+            deadline = time.monotonic() + KVM_PROBE_S
+            while time.monotonic() < deadline and proc.poll() is None:
+                if b"K" in serial.read_bytes():
+                    return True
+                time.sleep(0.1)
+            return b"K" in serial.read_bytes()
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+@functools.cache
+def accelerator() -> tuple[str, str]:
+    """QEMU's accelerator for the guest and why: kvm where KVM runs guests on this
+    machine, else tcg (probed once per process)."""
+    why_not = _kvm_opens()
+    if why_not is None and not runs_a_guest("kvm"):
+        why_not = (f"/dev/kvm answers KVM_GET_API_VERSION {KVM_API_VERSION}, but a guest "
+                   f"under KVM ran nothing in {KVM_PROBE_S:g} s (nested KVM)")
+    if why_not is None:
+        return "kvm", "KVM: /dev/kvm runs guests"
+    return "tcg", f"TCG, QEMU's CPU emulation: {why_not}"
+
+
 def _die_with_parent() -> None:
     """In QEMU's child before exec: the guest ends with the process that started it, however
     that one ends (killed included), so no guest outlives its test."""
@@ -126,7 +199,8 @@ def start(workdir: Path, key: Path, *, name: str = "kernelhost",
     initrd = root / "boot" / kernel.name.replace("vmlinuz-", "initrd.img-")
     disk, swap = _disks(root, workdir, name, key)
     port = free_ports(socket.SOCK_STREAM, 1)[0]  # the guest's ssh forward
-    argv = ["qemu-system-x86_64", "-accel", "tcg", "-m", str(MEMORY_MB), "-smp", "1",
+    accel, accel_note = accelerator()
+    argv = ["qemu-system-x86_64", "-accel", accel, "-m", str(MEMORY_MB), "-smp", "1",
             "-display", "none", "-monitor", "none", "-no-reboot",
             "-serial", f"file:{workdir / 'serial.log'}",
             "-kernel", str(kernel), "-initrd", str(initrd),
@@ -140,7 +214,8 @@ def start(workdir: Path, key: Path, *, name: str = "kernelhost",
                                 stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=_die_with_parent)  # noqa: PLW1509 - no threads here
     host = KernelHost(name=name, pid=proc.pid, start_ticks=pids.start_ticks(proc.pid) or 0,
-                      port=port, key=key, workdir=workdir, process=proc)
+                      port=port, key=key, workdir=workdir, process=proc, accel=accel,
+                      accel_note=accel_note)
     try:
         _wait_ssh(host, timeout_s)
     except BaseException:

@@ -124,6 +124,8 @@ def main(argv: list[str]) -> int:
         lap("root")
         host = kernel_host.start(out / "guest", key)
         lap("boot")
+        found["accel"] = [host.accel, host.accel_note]
+        print(f"kernel host booted under {host.accel_note}", flush=True)
         try:
             _project(host, out / "run")
             # a check run first: what it changes shows in "before" (a fresh guest's state is

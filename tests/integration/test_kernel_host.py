@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from provisioner import profile
+from provisioner.lab import kernel_host
 from tests.conftest import IS_ROOT, ROOT, requires_peer
 
 pytestmark = [pytest.mark.integration, requires_peer(
@@ -59,6 +60,16 @@ def found(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     result: dict[str, Any] = json.loads((out / "result.json").read_text())
     assert "error" not in result, f"{result['error']}\n{log_tail}\n(see {out})"
     return result
+
+
+def test_the_guest_ran_under_kvm_where_kvm_runs_guests(found):
+    """KVM where a guest runs under it on this machine, else TCG, and the job said which
+    and why (on the CI machines /dev/kvm opens but runs no guest: TCG, saying so)."""
+    accel, note = found["accel"]
+    assert (accel, note) == kernel_host.accelerator(), found["accel"]
+    assert accel == ("kvm" if kernel_host.runs_a_guest("kvm") else "tcg")
+    if accel == "tcg":
+        assert note.startswith("TCG, QEMU's CPU emulation: /dev/kvm"), note
 
 
 def test_a_check_run_passes_and_changes_nothing(found):

@@ -1,8 +1,11 @@
 """`provision up` end to end on the example site in the local lab: real BMC emulators
-(sushy-tools, ipmi_sim), real SSH test hosts, the real rendered playbooks; then faults
-injected into the same lab, each on one node while the others go on; then a node added to
-the site that is up (tests/integration/add_flow.py), and last the search for secrets in
-everything the runs left."""
+(sushy-tools, ipmi_sim), real SSH test hosts, the real rendered playbooks, and what the
+roles did on the hosts (tests/integration/site_run_flow.py); then site.yml again, which
+changes nothing, and a failing task on one host; then faults injected into the same lab,
+each on one node while the others go on; then a node added to the site that is up
+(tests/integration/add_flow.py), and last the search for secrets in everything the runs
+left. One lab and one converge of the roles for all of them, in this order (CI time): a
+test that changes a host puts it back."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from provisioner.state import StateStore
 from provisioner.workflows import report
 from provisioner.workflows.up import LAB_OS_NOTE, state_path
 from tests.conftest import EXAMPLE, ROOT, requires_ssh_hosts
-from tests.integration import add_flow
+from tests.integration import add_flow, site_run_flow
 from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
 
 pytestmark = [pytest.mark.integration, requires_ipmi_sim,
@@ -63,10 +66,16 @@ def store_of(site: Path) -> StateStore:
 
 
 def reset_state(site: Path) -> None:
-    """Forget every node (a fresh site), keeping the lab running."""
+    """Forget every node (a fresh site), keeping the lab running. The store's backups are
+    moved aside, as its error asks for a new store on purpose (kept under the site: the
+    search for secrets reads them too)."""
     db = state_path(load(site))
     for suffix in ("", "-wal", "-shm", ".lock"):
         Path(str(db) + suffix).unlink(missing_ok=True)
+    backups = Path(str(db) + ".backups")
+    if backups.exists():
+        n = len(list(db.parent.glob(f"{db.name}.aside*.backups")))
+        backups.rename(db.parent / f"{db.name}.aside{n}.backups")
 
 
 def transitions(store: StateStore, run_id: int | None = None) -> list[tuple[str, str]]:
@@ -81,13 +90,15 @@ def up_json(site: Path, *extra: str, timeout: float = 600) -> tuple[int, dict, s
 
 
 def test_end_to_end_every_node_ready_then_nothing_to_do(site_lab):
-    site, _ = site_lab
+    site, lab_state = site_lab
     plan0 = provision("plan", str(site), "--json", check=True)
     plan_doc = report.PlanReport.model_validate(json.loads(plan0.stdout))
     assert {n.hostname for n in plan_doc.nodes if n.action == "add"} == SERVERS
 
+    site_run_flow.before_the_first_converge(lab_state)
     proc = provision("up", str(site), "--no-progress", timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    site_run_flow.check_the_first_converge(site, lab_state)
     assert "6 of 6 ready, 0 failed" in proc.stdout
     assert "OS install skipped" in proc.stderr
     # what the lab skipped is counted by tag and said (kubeadm join among needs_cluster)
@@ -172,6 +183,20 @@ def test_end_to_end_every_node_ready_then_nothing_to_do(site_lab):
     plan2 = report.PlanReport.model_validate(
         json.loads(provision("plan", str(site), "--json", "--refresh", check=True).stdout))
     assert all(n.bmc is not None and n.bmc.power == "on" for n in plan2.nodes)
+
+
+def test_site_yml_again_changes_nothing(site_lab):
+    """The roles converged by the end-to-end run: site.yml run again (through the runner,
+    as `provision run --lab` runs it) changes nothing on any host."""
+    site_run_flow.site_runs_again_and_changes_nothing(site_lab)
+
+
+def test_a_failing_task_on_one_host_leaves_the_others_finished(site_lab):
+    site_run_flow.a_failing_task_on_one_host_leaves_the_others_finished(site_lab)
+
+
+def test_a_kernel_without_headers_in_the_archive_stops_with_the_reason(site_lab):
+    site_run_flow.a_kernel_without_headers_in_the_archive_stops_with_the_reason(site_lab)
 
 
 def _with_overlay(site: Path, edit) -> str:

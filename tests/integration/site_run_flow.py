@@ -1,33 +1,37 @@
-"""The rendered site.yml run for real through the runner against SSH test hosts (one
-network namespace, sshd and copy-on-write Debian root per node).
+"""The rendered site.yml run for real against SSH test hosts (one network namespace, sshd
+and copy-on-write Debian root per node), on tests/integration/test_up.py's lab: the
+end-to-end `provision up` there is the first converge (its configure step runs site.yml
+through the runner), and these check what it did, then run site.yml again (no lab and no
+converge of their own: CI time).
 
 What a host without a GPU or an init system can do runs for real (files, host name, and
 every package install, with apt from the lab's signed mirror); the rest is skipped by tag
-(the lab profile's skip list in the rendered ansible.cfg), and the tests assert which did
+(the lab profile's skip list in the rendered ansible.cfg), and the checks assert which did
 what.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from provisioner import profile, render, results, runner
 from provisioner.inventory import load
 from provisioner.lab import mirror
-from tests.conftest import EXAMPLE, requires_ssh_hosts
-from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
+from provisioner.workflows.up import state_path
+from tests.integration.conftest import provision
 
-pytestmark = [pytest.mark.integration, requires_ipmi_sim,
-              requires_ssh_hosts]
+# A vendor source the node came with (DGX OS's repository packages write such files): with
+# the site's mirror set, apt must not try the internet host it names. on dgx02 before `up`.
+VENDOR = "deb https://repo.download.nvidia.com/baseos/ubuntu/jammy/x86_64/ jammy common"
 
 
-@pytest.fixture(scope="module")
-def site_lab(tmp_path_factory):
-    with ssh_lab(tmp_path_factory, EXAMPLE, "ssh") as lab:
-        yield lab
+def before_the_first_converge(state: Any) -> None:
+    on_dgx02(f"echo '{VENDOR}' > /etc/apt/sources.list.d/dgx.list", state)
 
 
 def upper(state, host: str) -> Path:
@@ -59,17 +63,38 @@ def run_site(site: Path) -> runner.RunResult:
     return runner.run_playbook(out, "site.yml")
 
 
-def test_site_runs_for_real_then_changes_nothing(site_lab):
-    site, state = site_lab
-    # a vendor source the node came with (DGX OS's repository packages write such files):
-    # with the site's mirror set, apt must not try the internet host it names
-    vendor = "deb https://repo.download.nvidia.com/baseos/ubuntu/jammy/x86_64/ jammy common"
-    on_dgx02(f"echo '{vendor}' > /etc/apt/sources.list.d/dgx.list", state)
-    first = run_site(site)
+def playbook_run(site: Path, playbook: str) -> runner.RunResult:
+    """Every run of `playbook` an `up` made on the site, read back from ansible-runner's
+    artifacts (job events, as the runner reads them live) as one result, in run order."""
+    events: list[runner.TaskEvent] = []
+    failed = False
+    runs = 0
+    root = state_path(load(site)).parent / "ansible" / "artifacts"  # up's project
+    artifacts = sorted(root.iterdir(), key=lambda d: d.stat().st_mtime)
+    for run_dir in artifacts:
+        raw = [json.loads(f.read_text()) for f in (run_dir / "job_events").glob("*.json")]
+        raw.sort(key=lambda ev: int(ev.get("counter", 0)))
+        if not any(ev.get("event") == "playbook_on_start"
+                   and Path(str(ev.get("event_data", {}).get("playbook", ""))).name == playbook
+                   for ev in raw):
+            continue
+        runs += 1
+        status = (run_dir / "status").read_text().strip()
+        failed |= status != "successful" or (run_dir / "rc").read_text().strip() != "0"
+        events += [e for e in map(runner.to_event, raw) if e is not None]
+    assert runs, f"no {playbook} run under {root}"
+    hosts = {e.host: runner.HostStats() for e in events}
+    return runner.RunResult(playbook=playbook, status="failed" if failed else "successful",
+                            rc=int(failed), hosts=hosts, events=events)
+
+
+def check_the_first_converge(site: Path, state: Any) -> None:
+    """What `up`'s configure step (site.yml, the roles for real) did on the hosts."""
+    first = playbook_run(site, "site.yml")
     assert first.ok, [f"{e.host} | {e.task}: {e.message}" for e in first.failures]
     aside = upper(state, "dgx02") / "etc/apt/sources.list.d"
     assert not (aside / "dgx.list").exists()
-    assert (aside / "dgx.list.provisioner.disabled").read_text().strip() == vendor
+    assert (aside / "dgx.list.provisioner.disabled").read_text().strip() == VENDOR
     assert set(first.hosts) == {"cp01", "cp02", "cp03", "dgx01", "dgx02", "stor01"}
 
     # files really written inside each host's own copy-on-write layer, nowhere else
@@ -153,6 +178,9 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
     assert {"Write the RoCE QoS settings", "Configure containerd (systemd cgroups, NVIDIA "
             "runtime on GPU nodes)", "Kernel parameters for GPU and RDMA hosts"} <= real
 
+
+def site_runs_again_and_changes_nothing(lab: tuple[Path, Any]) -> None:
+    site, state = lab
     chrony = {h.name: (Path(h.upper) / "etc/chrony/chrony.conf").read_text()
               for h in state.ssh_hosts}
     second = run_site(site)
@@ -171,8 +199,8 @@ def test_site_runs_for_real_then_changes_nothing(site_lab):
             if e.task == "Read the package index from the site mirror"} == {"skipped"}
 
 
-def test_a_failing_task_on_one_host_leaves_the_others_finished(site_lab):
-    site, state = site_lab
+def a_failing_task_on_one_host_leaves_the_others_finished(lab: tuple[Path, Any]) -> None:
+    site, state = lab
     # break one host, through SSH (its root is a mounted overlay): a file where the
     # roce_host role needs a directory
     on_dgx02("rm -rf /etc/provisioner && echo broken > /etc/provisioner", state)
@@ -189,14 +217,15 @@ def test_a_failing_task_on_one_host_leaves_the_others_finished(site_lab):
         assert stats[host][2] == "0" and stats[host][3] == "0", (host, stats[host])
 
 
-def test_a_kernel_without_headers_in_the_archive_stops_with_the_reason(site_lab):
+def a_kernel_without_headers_in_the_archive_stops_with_the_reason(
+        lab: tuple[Path, Any]) -> None:
     """A node still running a kernel whose headers have left the archive: apt's "no
     package matching" becomes a failure that says why DKMS needs them and what to do (real
     apt against the lab mirror, which lacks this release)."""
     if profile.lab_kernel_headers() is None:
         pytest.skip("this machine's kernel release names no package: the lab skips the "
                     "headers tasks by tag (needs_kernel_headers)")
-    site, _state = site_lab
+    site, _state = lab
     loaded = load(site)
     out = render.render(loaded, loaded.base_dir / ".provision" / "ansible", lab=True).out
     gone = "5.15.0-1-superseded"
