@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 
 from provisioner.bmc.base import BmcDriver, BmcTarget
 from provisioner.errors import BmcError, BmcTimeout
-from provisioner.workflows.engine import Done, fan_out
+from provisioner.fanout import Done, fan_out
 
 T = TypeVar("T")
 

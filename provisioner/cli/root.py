@@ -1,37 +1,20 @@
-"""The `provision` command: a thin Typer layer over the core (parse -> core -> console)."""
+"""The `provision` app: its global options, its logging, and its commands, each imported
+only when the command line names it (build), so `provision bmc on` does not pay for the
+report, upgrade and fabric modules."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
+from collections.abc import Sequence
 from typing import Annotated
 
 import typer
 
-import provisioner.cli.report as report_cli
 from provisioner import __version__
-from provisioner.cli import bmc, fabric, inventory, lab, pxe, up, upgrade
-from provisioner.cli.add import add
 from provisioner.cli.common import STATE
-from provisioner.cli.discover import discover
-from provisioner.cli.doctor import doctor
-from provisioner.cli.render import render
-from provisioner.cli.run import run
 from provisioner.errors import redact
-
-app = typer.Typer(
-    name="provision",
-    help="Take racks of GPU servers from bare metal to a GPU Kubernetes cluster.",
-    epilog="Exit codes: 0 ok, 1 internal error, 2 usage or config, 3 inventory, 4 budget, "
-    "5 BMC, 6 render, 7 playbook, 8 state, 9 nodes failed in up or upgrade, 10 fabric, "
-    "11 upgrade refused, 12 failure budget spent, 13 Kubernetes API, 14 execution node, "
-    "130 interrupted.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_show_locals=False,  # locals may hold credentials
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
 
 # The libraries at the protocol edges log on their own (paramiko prints a whole traceback
 # when a port answers without SSH). Their records go nowhere; with --debug, to stderr,
@@ -75,7 +58,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
@@ -88,23 +70,57 @@ def _root(
     STATE.no_color = no_color
 
 
-app.command()(inventory.validate)
-app.command()(inventory.power)
-app.command()(inventory.catalog)
-app.command()(render)
-app.command()(run)
-app.command()(doctor)
-app.command()(up.up)
-app.command()(up.plan)
-app.command()(up.status)
-app.command()(discover)
-app.command()(add)
-app.add_typer(bmc.app, name="bmc")
-app.add_typer(fabric.app, name="fabric")
-app.add_typer(lab.app, name="lab")
-app.add_typer(pxe.app, name="pxe")
-app.add_typer(upgrade.app, name="upgrade")
-report_cli.register(app)
+# Every command in `--help`'s order: name -> (module, attribute); a group's attribute is its
+# Typer app. The modules are imported by build(), not here.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("provisioner.cli.inventory", "validate"),
+    "power": ("provisioner.cli.inventory", "power"),
+    "catalog": ("provisioner.cli.inventory", "catalog"),
+    "render": ("provisioner.cli.render", "render"),
+    "run": ("provisioner.cli.run", "run"),
+    "doctor": ("provisioner.cli.doctor", "doctor"),
+    "up": ("provisioner.cli.up", "up"),
+    "plan": ("provisioner.cli.up", "plan"),
+    "status": ("provisioner.cli.up", "status"),
+    "discover": ("provisioner.cli.discover", "discover"),
+    "add": ("provisioner.cli.add", "add"),
+    "report": ("provisioner.cli.report", "report"),
+    "schema": ("provisioner.cli.report", "schema"),
+    "bmc": ("provisioner.cli.bmc", "app"),
+    "fabric": ("provisioner.cli.fabric", "app"),
+    "lab": ("provisioner.cli.lab", "app"),
+    "pxe": ("provisioner.cli.pxe", "app"),
+    "upgrade": ("provisioner.cli.upgrade", "app"),
+}
+GROUPS = ("bmc", "fabric", "lab", "pxe", "upgrade")
+
+
+def build(only: Sequence[str] | None = None) -> typer.Typer:
+    """The app with every command, or with just the named ones (what a command line that
+    names a command needs: its parser, help and errors are the same)."""
+    app = typer.Typer(
+        name="provision",
+        help="Take racks of GPU servers from bare metal to a GPU Kubernetes cluster.",
+        epilog="Exit codes: 0 ok, 1 internal error, 2 usage or config, 3 inventory, "
+        "4 budget, 5 BMC, 6 render, 7 playbook, 8 state, 9 nodes failed in up or upgrade, "
+        "10 fabric, 11 upgrade refused, 12 failure budget spent, 13 Kubernetes API, "
+        "14 execution node, 130 interrupted.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_show_locals=False,  # locals may hold credentials
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(_root)
+    for name, (module, attr) in COMMANDS.items():
+        if only is not None and name not in only:
+            continue
+        target = getattr(importlib.import_module(module), attr)
+        if name in GROUPS:
+            app.add_typer(target, name=name)
+        else:
+            app.command(name)(target)
+    one_line_summaries(app)
+    return app
 
 
 def one_line_summaries(typer_app: typer.Typer) -> None:
@@ -121,9 +137,18 @@ def one_line_summaries(typer_app: typer.Typer) -> None:
             one_line_summaries(group.typer_instance)
 
 
-one_line_summaries(app)
+def named_command(argv: Sequence[str]) -> str | None:
+    """The command a command line names (the first word that is no global option), when it
+    is one of ours; None for none, a typo, or `--help` alone (the whole app then answers)."""
+    for word in argv:
+        if word.startswith("-"):
+            continue
+        return word if word in COMMANDS else None
+    return None
 
 
 def main() -> None:
-    configure_logging(debug="--debug" in sys.argv[1:])  # before any command imports a library
-    app()
+    argv = sys.argv[1:]
+    configure_logging(debug="--debug" in argv)  # before any command imports a library
+    command = named_command(argv)
+    build([command] if command is not None else None)()

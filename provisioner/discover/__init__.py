@@ -3,7 +3,7 @@ which catalog block each one is, and record them in the state store as `discover
 
 Where to look: the addresses of one or more CIDR ranges and/or the provisioning dnsmasq's
 leases. Every address is probed without credentials (bmc/probe.py: Redfish service root,
-RMCP presence ping) on the one fan-out (workflows/engine.fan_out), with bounded
+RMCP presence ping) on the one fan-out (provisioner/fanout.py), with bounded
 concurrency, a pace of at most `rate_per_s` new probes a second and short timeouts, so a
 sweep does not flood a management network. An endpoint the inventory already names is
 left alone. Each new BMC is then read with the site's BMC login (the credentials entry its
@@ -28,12 +28,12 @@ from provisioner.credentials import CredentialResolver
 from provisioner.discover.fingerprint import Fingerprint, fingerprint
 from provisioner.discover.leases import Lease
 from provisioner.errors import ConfigError, ProvisionerError
+from provisioner.fanout import fan_out
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import Tls
 from provisioner.inventory.topology import bmc_nodes
 from provisioner.lifecycle import Phase
 from provisioner.state import StateStore
-from provisioner.workflows.engine import fan_out
 
 MAX_ADDRESSES = 4096  # a /20: beyond that a sweep is a mistake more often than a plan
 

@@ -18,8 +18,8 @@ from provisioner import runner as runner_mod
 from provisioner.errors import ExecutionError
 from provisioner.execution import shares
 from provisioner.execution.stream import run_share
+from provisioner.fanout import fan_out
 from provisioner.inventory.execution_models import Execution
-from provisioner.workflows.engine import fan_out
 
 # One failure domain for the hosts that must run in one ansible-playbook (the control
 # planes: kubeadm's certificate upload re-encrypts the kubeadm-certs Secret under a new key

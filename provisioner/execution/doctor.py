@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 
 from provisioner.execution.stream import SYSTEM_PATH, ssh_argv
+from provisioner.fanout import fan_out
 from provisioner.inventory.execution_models import Execution, ExecutionNode
-from provisioner.workflows.engine import fan_out
 
 # Markers the script prints before each answer, so a login banner cannot be misread.
 _RUNNER, _CORE, _DISK = "@@runner ", "@@core ", "@@disk "

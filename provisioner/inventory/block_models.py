@@ -111,3 +111,18 @@ class BlockType(Model):
     def is_estimated(self, basis: str) -> bool:
         field = "typical_power_w" if basis == "typical" else "max_power_w"
         return field in self.estimated
+
+
+def modules_for(wanted: str, branch: int, block: BlockType) -> str:
+    """open or proprietary for one block type at a driver branch, honouring a choice
+    (`wanted`: auto, open or proprietary). One rule for validate, render and the upgrade
+    plan, beside the architecture tables it reads."""
+    arch = block.gpu.architecture if block.gpu else None
+    if wanted != "auto":
+        return wanted
+    if arch in PROPRIETARY_ONLY_ARCHS:
+        return "proprietary"
+    if arch in OPEN_ONLY_ARCHS:
+        return "open"
+    # Open modules are NVIDIA's default since R560 (driver installation guide).
+    return "open" if branch >= 560 else "proprietary"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from provisioner.inventory import compat
+from provisioner.inventory.block_models import modules_for
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import KeyPath, LoadedSite
 from provisioner.inventory.models import OPEN_ONLY_ARCHS, PROPRIETARY_ONLY_ARCHS
@@ -309,7 +310,6 @@ def _gpudirect_rdma(loaded: LoadedSite, emit: Emit) -> None:
     build the driver before DOCA and load no nvidia-peermem, so such nodes would stage GPU
     traffic through host memory without a word."""
     from provisioner.inventory.topology import has_roce  # topology imports checks
-    from provisioner.render import modules_for  # render imports the inventory
 
     sw = loaded.site.software
     drv = sw.nvidia_driver

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import ConfigError
+from provisioner.fanout import fan_out
 from provisioner.inventory.execution_models import Execution, ExecutionNode
 from provisioner.inventory.loader import LoadedSite
 from provisioner.lab import hosts as hosts_mod
 from provisioner.lab import hostwatch, wheelhouse
-from provisioner.workflows.engine import fan_out
 
 # Namespace numbers of execution nodes (pv-<tag><n>, the SSH hosts' pattern, so `lab prune`
 # recognises their leftovers: lab/orphans.py), far above any server's index.

@@ -22,15 +22,10 @@ from provisioner import __version__, outdir, resources, sources, statedir
 from provisioner import payload as payload_mod
 from provisioner import roce as roce_mod
 from provisioner.errors import RenderError
+from provisioner.inventory.block_models import modules_for
 from provisioner.inventory.kube_checks import node_taints
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.models import (
-    OPEN_ONLY_ARCHS,
-    PROPRIETARY_ONLY_ARCHS,
-    BlockType,
-    NetworkKind,
-    Role,
-)
+from provisioner.inventory.models import BlockType, NetworkKind, Role
 from provisioner.inventory.topology import (
     HostPlan,
     ansible_host,
@@ -59,20 +54,6 @@ class Rendered:
     out: Path
     files: list[Path] = field(default_factory=list)
     groups: dict[str, list[str]] = field(default_factory=dict)
-
-
-def modules_for(wanted: str, branch: int, block: BlockType) -> str:
-    """open or proprietary for one block type at a driver branch, honouring a choice
-    (`wanted`: auto, open or proprietary)."""
-    arch = block.gpu.architecture if block.gpu else None
-    if wanted != "auto":
-        return wanted
-    if arch in PROPRIETARY_ONLY_ARCHS:
-        return "proprietary"
-    if arch in OPEN_ONLY_ARCHS:
-        return "open"
-    # Open modules are NVIDIA's default since R560 (driver installation guide).
-    return "open" if branch >= 560 else "proprietary"
 
 
 def kernel_modules_for(loaded: LoadedSite, block: BlockType) -> str:

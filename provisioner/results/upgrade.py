@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from provisioner.results.base import Out
-from provisioner.upgrade.apply import ApplyResult
-from provisioner.upgrade.plan import UpgradePlan
+
+if TYPE_CHECKING:  # read, not built here: results sit below the workflows
+    from provisioner.upgrade.apply import ApplyResult
+    from provisioner.upgrade.plan import UpgradePlan
 
 
 class RefusalView(Out):

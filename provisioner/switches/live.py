@@ -19,13 +19,13 @@ from provisioner.credentials import CredentialResolver
 from provisioner.errors import ProvisionerError
 from provisioner.fabric.base import Mismatch, SwitchQos
 from provisioner.fabric.live import HostQos, Unverifiable, compare_live, parse_mlnx_qos
+from provisioner.fanout import fan_out
 from provisioner.inventory.cabling import endpoints, resolve
 from provisioner.inventory.loader import LoadedSite
 from provisioner.profile import Profile
 from provisioner.render import ansible_host
+from provisioner.ssh import Login, connect, login_for
 from provisioner.switches import ops, staged, standins
-from provisioner.workflows.engine import fan_out
-from provisioner.workflows.steps.guard import Login, connect, login_for
 
 QOS_OSES = ("cumulus", "onyx", "sonic", "eos")  # the ones whose config carries RoCE QoS
 

@@ -16,6 +16,7 @@ from provisioner import fabric
 from provisioner.credentials import CredentialResolver
 from provisioner.errors import FabricError, InventoryError, ProvisionerError
 from provisioner.fabric.onyx import expand_ranges
+from provisioner.fanout import fan_out
 from provisioner.inventory.cabling import endpoints
 from provisioner.inventory.checks import check as check_inventory
 from provisioner.inventory.loader import LoadedSite
@@ -25,7 +26,6 @@ from provisioner.inventory.valid import refusing
 from provisioner.state import StateStore
 from provisioner.switches import cli_diff, staged
 from provisioner.switches.base import ApplyResult, Endpoint, SwitchDriver, SwitchOutcome
-from provisioner.workflows.engine import fan_out
 
 # CLI dialects get a SwitchDriver, NVUE and SONiC a login shell (switches/staged.py)
 DriverFactory = Callable[[Endpoint], SwitchDriver | staged.Shell]

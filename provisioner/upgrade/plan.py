@@ -21,12 +21,12 @@ from typing import Any
 
 from provisioner.errors import ConfigError
 from provisioner.inventory import software_checks
+from provisioner.inventory.block_models import modules_for
 from provisioner.inventory.bundle_models import Bundle
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.software_models import Dcgm, FabricManager, NvidiaDriver, Software
 from provisioner.inventory.topology import HostPlan, has_roce
-from provisioner.render import modules_for
 from provisioner.upgrade.schedule import Scheduler, planned_s
 from provisioner.upgrade.steps import in_kubernetes, outside_kubernetes
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from provisioner import fanout
 from provisioner.errors import ConfigError
 from provisioner.lifecycle import Phase
 from provisioner.state import StateStore
@@ -149,14 +150,14 @@ def test_batches_put_control_planes_first_and_read_percentages():
 def test_fan_out_reports_unstarted_items_and_raises_a_callback_bug():
     stop = threading.Event()
     stop.set()
-    done = engine.fan_out(["a", "b"], lambda k: k, concurrency=2, stop=stop)
+    done = fanout.fan_out(["a", "b"], lambda k: k, concurrency=2, stop=stop)
     assert [d.started for d in done] == [False, False]
 
-    def bad_callback(_d: engine.Done[str]) -> None:
+    def bad_callback(_d: fanout.Done[str]) -> None:
         raise RuntimeError("bug in the callback")
 
     with pytest.raises(RuntimeError, match="bug in the callback"):
-        engine.fan_out(["a", "b", "c"], lambda k: k, concurrency=1, on_done=bad_callback)
+        fanout.fan_out(["a", "b", "c"], lambda k: k, concurrency=1, on_done=bad_callback)
 
 
 def test_fan_out_bounds_concurrency():
@@ -170,5 +171,5 @@ def test_fan_out_bounds_concurrency():
         with lock:
             running[0] -= 1
 
-    done = engine.fan_out([str(i) for i in range(20)], work, concurrency=3)
+    done = fanout.fan_out([str(i) for i in range(20)], work, concurrency=3)
     assert all(d.ok for d in done) and 1 < peak[0] <= 3
