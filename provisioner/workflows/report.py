@@ -223,10 +223,11 @@ def status(loaded: LoadedSite, profile: Profile | None = None) -> StatusReport:
     servers_, states, store = _known(loaded, profile.state_path)
     rack_of = {s.hostname: s.placement.rack for s in servers_}
     ran = _execution(store) if store else {}
+    held = cordoned_by(store, states) if store else {}
     nodes = [StatusNode(hostname=h, rack=rack_of.get(h), in_inventory=h in rack_of,
                         phase=st.phase.value,
                         failed_phase=st.failed_phase.value if st.failed_phase else None,
-                        reason=st.reason, updated_at=_iso(st.updated_at),
+                        reason=st.reason or held.get(h), updated_at=_iso(st.updated_at),
                         execution=ran.get(h, []))
              for h, st in sorted(states.items())]
     phases: dict[str, int] = {}
@@ -266,6 +267,44 @@ def status(loaded: LoadedSite, profile: Profile | None = None) -> StatusReport:
                         lab=profile.lab, state_path=str(profile.state_path),
                         generated_at=_now(), phases=phases, nodes=nodes, racks=racks,
                         runs=runs, backup=backup)
+
+
+# A node in these phases is cordoned, and so is one the upgrade path moved on from there
+# (configured, verified) until its uncordon.
+HELD = (Phase.CORDONED, Phase.DRAINING, Phase.UPGRADING)
+UPGRADE_TAIL = (Phase.CONFIGURED, Phase.VERIFIED)
+
+
+def cordoned_by(store: StateStore, states: Mapping[str, NodeState]) -> dict[str, str]:
+    """Why each node an upgrade left part-way is cordoned: the run that moved it last, how
+    that run ended (interrupted at which step, failed, killed, or still running) and the
+    command that resumes it. A stopped `upgrade apply` leaves its nodes cordoned where they
+    are; without this, `status` showed them cordoned with no reason at all."""
+    moved: dict[str, tuple[int, str]] = {}
+    stopped_at: dict[tuple[int, str], str] = {}
+    for ev in store.events():
+        if ev.hostname is None or ev.run_id is None:
+            continue
+        if ev.to_phase is not None:
+            moved[ev.hostname] = (ev.run_id, ev.to_phase)
+        elif ev.kind == "interrupted":
+            stopped_at[(ev.run_id, ev.hostname)] = str(ev.detail.get("step", ""))
+    runs = {r["id"]: r for r in store.runs(1_000_000)}
+    out: dict[str, str] = {}
+    for host, st in states.items():
+        last = moved.get(host)
+        if last is None or (st.phase not in HELD and st.phase not in UPGRADE_TAIL):
+            continue
+        run = runs.get(last[0])
+        if run is None or not str(run["command"]).startswith("upgrade"):
+            continue
+        step = stopped_at.get((last[0], host))
+        how = (f"stopped at its {step} step" if step
+               else "still running" if run["status"] in (None, "running")
+               else str(run["status"]))
+        out[host] = (f"cordoned by run {run['id']} `provision {run['command']}` ({how}); "
+                     f"`provision {run['command']}` resumes it")
+    return out
 
 
 def _execution(store: StateStore) -> dict[str, list[ExecutionAttempt]]:

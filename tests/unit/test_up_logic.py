@@ -540,3 +540,30 @@ def test_a_switchs_fabric_line_is_not_printed_again_as_a_note(capsys, tmp_path):
         show(up_mod.Progress("leaf01", "fabric", "ok", detail))
     live.up_result(result())
     assert f"note: fabric: leaf01 {detail}" in " ".join(capsys.readouterr().out.split())
+
+
+def test_status_says_why_an_interrupted_upgrade_left_a_node_cordoned(example_copy):
+    loaded = load(example_copy)
+    store = StateStore(up_mod.state_path(loaded))
+    store.enroll(["dgx01", "dgx02", "cp01"])
+    for host in ("dgx01", "dgx02", "cp01"):
+        for p in (Phase.INSPECTED, Phase.BOOTING, Phase.OS_READY, Phase.CONFIGURED,
+                  Phase.VERIFIED, Phase.READY):
+            store.transition(host, p)
+    run = store.start_run("upgrade apply --to 2026.11", backup=False)
+    store.transition("dgx01", Phase.CORDONED, run_id=run)
+    store.transition("dgx01", Phase.DRAINING, run_id=run)
+    store.record("dgx01", "interrupted", {"step": "drain", "detail": "stop requested"},
+                 run_id=run)
+    store.transition("dgx02", Phase.CORDONED, run_id=run)
+    store.end_run(run, "interrupted")
+    got = {n.hostname: n.reason for n in report.status(loaded).nodes}
+    assert got["dgx01"] == ("cordoned by run 1 `provision upgrade apply --to 2026.11` "
+                            "(stopped at its drain step); `provision upgrade apply --to "
+                            "2026.11` resumes it")
+    assert got["dgx02"] is not None and "(interrupted)" in got["dgx02"]
+    assert got["cp01"] is None  # ready: nothing to explain
+    up_run = store.start_run("up", backup=False)
+    store.transition("cp01", Phase.FAILED, run_id=up_run, reason="cp01: BMC refused")
+    assert {n.hostname: n.reason for n in report.status(loaded).nodes}["cp01"] == \
+        "cp01: BMC refused"  # a failure's own reason is kept
