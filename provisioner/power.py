@@ -54,7 +54,9 @@ def airflow_cfm(watts: float, delta_t_f: float) -> float:
 
 
 @dataclass(frozen=True)
-class FeedBudget:
+class Supply:
+    """A feed or an upstream circuit: its rating, what it may carry, and what it carries."""
+
     name: str
     phase: str
     voltage_v: float
@@ -62,8 +64,13 @@ class FeedBudget:
     derating: float
     capacity_va: float
     usable_va: float
-    load_va: float  # what this feed must carry (the whole rack on either side of a 2N pair)
+    # a feed: the whole rack on either side of a 2N pair; a circuit: every rack on it so
+    load_va: float
     utilization: float
+
+
+@dataclass(frozen=True)
+class FeedBudget(Supply):
     ok: bool
     circuit: str | None = None  # the upstream circuit it hangs off, if declared
 
@@ -117,16 +124,7 @@ class CircuitLoad:
 
 
 @dataclass(frozen=True)
-class CircuitBudget:
-    name: str
-    phase: str
-    voltage_v: float
-    breaker_a: float
-    derating: float
-    capacity_va: float
-    usable_va: float
-    load_va: float  # worst case: the sum of loads[].load_va
-    utilization: float
+class CircuitBudget(Supply):  # load_va, the worst case: the sum of loads[].load_va
     loads: tuple[CircuitLoad, ...]
     failures: tuple[BudgetFailure, ...] = field(default=())
 

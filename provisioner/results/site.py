@@ -88,7 +88,9 @@ class SpaceView(Out):
     free_u: int
 
 
-class FeedView(Out):
+class SupplyView(Out):
+    """A feed's or a circuit's rating and load (power.Supply)."""
+
     name: str
     phase: str
     voltage_v: float
@@ -96,8 +98,11 @@ class FeedView(Out):
     derating: float
     capacity_va: float
     usable_va: float
-    load_va: float
+    load_va: float  # a circuit: worst case, every rack on it carried whole (2N partners lost)
     utilization: float
+
+
+class FeedView(SupplyView):
     ok: bool
     circuit: str | None  # the upstream circuit under circuits:, if declared
 
@@ -147,17 +152,8 @@ class CircuitLoadView(Out):
     load_va: float
 
 
-class CircuitView(Out):
-    name: str
+class CircuitView(SupplyView):
     ok: bool
-    phase: str
-    voltage_v: float
-    breaker_a: float
-    derating: float
-    capacity_va: float
-    usable_va: float
-    load_va: float  # worst case: every rack on it carried whole (2N partners lost)
-    utilization: float
     loads: list[CircuitLoadView]
     failures: list[FailureView]
 
