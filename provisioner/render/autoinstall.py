@@ -110,7 +110,13 @@ def host_key(keys_dir: Path, hostname: str) -> HostKey:
     re-render keeps known_hosts true for nodes already installed."""
     path = keys_dir / hostname / "ssh_host_ed25519_key"
     if path.is_file():
-        key = serialization.load_ssh_private_key(path.read_bytes(), password=None)
+        try:
+            key = serialization.load_ssh_private_key(path.read_bytes(), password=None)
+        except (ValueError, TypeError) as exc:  # not an OpenSSH key, or one with a passphrase
+            raise RenderError(f"{path} is not an OpenSSH private key ({exc})",
+                              hint="restore the node's key from a backup, or delete it to "
+                              "make a new one (the node's known_hosts line then changes)"
+                              ) from None
         if not isinstance(key, Ed25519PrivateKey):
             raise RenderError(f"{path} is not an ed25519 key", hint="delete it to make a new one")
     else:

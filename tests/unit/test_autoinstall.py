@@ -160,3 +160,14 @@ def test_playbooks_on_a_real_site_check_host_keys_against_the_site_known_hosts(t
             files = opts["userknownhostsfile"].split()
             assert files[0] == str((site / ".provision" / "known_hosts").resolve())
             assert files[1].endswith("/.ssh/known_hosts")
+
+
+def test_a_damaged_host_key_file_is_a_render_error_not_an_internal_one(tmp_path):
+    from provisioner.errors import RenderError
+    from provisioner.render import autoinstall as ai
+
+    path = tmp_path / "dgx01" / "ssh_host_ed25519_key"
+    path.parent.mkdir(parents=True)
+    path.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nnot base64 at all\n")
+    with pytest.raises(RenderError, match="is not an OpenSSH private key"):
+        ai.host_key(tmp_path, "dgx01")
