@@ -52,7 +52,7 @@ stamp=".venv/.provisioner-installed"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$(cat pyproject.toml constraints.txt | sha256sum)" ]; then
   echo "bootstrap: installing Python packages into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q "${constraints[@]}" -e ".[test]"
+  .venv/bin/python -m pip install -q "${constraints[@]}" -e ".[test,lab]"
   if [ "${1:-}" = "--refresh-constraints" ]; then
     frozen=$(.venv/bin/python -m pip freeze --exclude-editable)
     { sed -n '/^#/p' constraints.txt; grep -v '^fake-switches==' <<< "$frozen"; } \

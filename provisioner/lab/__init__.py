@@ -110,6 +110,7 @@ def up(loaded: LoadedSite, *, latency_ms: int = 0, start_timeout_s: float = 30.0
         raise ConfigError(
             f"site {loaded.site.site.name} does not name a lab overlay",
             hint="add `lab_overlay: .provision/lab/overlay.yaml` under site: to use the lab")
+    emulators.require_lab_extra()
     current = status(loaded)
     if current is not None and current.anything_runs():
         raise ConfigError("the lab is already running for this site",

@@ -3,6 +3,7 @@ configured and spawned here; lab/__init__.py records and stops them."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -15,6 +16,27 @@ from provisioner.errors import ConfigError
 from provisioner.lab import procs
 from provisioner.lab.procs import LOOPBACK
 from provisioner.secrets import write_private
+
+# The lab's own Python dependencies: the optional extra `provisioner[lab]`, never installed
+# on a production controller (pyproject.toml). Module -> what it is for.
+LAB_MODULES = {"sushy_tools": "sushy-tools, the Redfish BMC emulator",
+               "twisted.conch": "Twisted Conch, the SSH server in front of the switch stand-in"}
+
+
+def require_lab_extra(find: Any = importlib.util.find_spec) -> None:
+    """Refuse `lab up` at once, naming what is missing, when the [lab] extra is not there."""
+    missing = []
+    for module, what in LAB_MODULES.items():
+        try:
+            found = find(module) is not None
+        except ModuleNotFoundError:  # the parent package (twisted) is missing too
+            found = False
+        if not found:
+            missing.append(what)
+    if missing:
+        raise ConfigError("the lab needs " + " and ".join(missing) + ", which this "
+                          "installation lacks", hint="pip install 'provisioner[lab]' (the "
+                          "lab's own dependencies; a production controller needs none)")
 
 
 def write_sushy_config(rdir: Path, conf: Path, password: str,
