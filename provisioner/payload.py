@@ -30,8 +30,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from provisioner.inventory.block_models import PROPRIETARY_ONLY_ARCHS, BlockType, GpuArch
+from provisioner.inventory.block_models import (
+    PROPRIETARY_ONLY_ARCHS,
+    BlockType,
+    GpuArch,
+    modules_for,
+)
+from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.software_models import Software
+from provisioner.inventory.topology import HostPlan
 
 DriverSource = Literal["nvidia", "canonical"]
 Flavour = Literal["open", "proprietary"]
@@ -196,3 +203,17 @@ def cuda_repo_distro(os_name: str) -> str:
     """ubuntu-22.04 -> ubuntu2204 (NVIDIA's repository path); DGX OS 6/7 are 22.04/24.04."""
     base = {"dgx-os-6": "ubuntu-22.04", "dgx-os-7": "ubuntu-24.04"}.get(os_name, os_name)
     return base.replace("-", "").replace(".", "")
+
+
+def kernel_modules_for(loaded: LoadedSite, block: BlockType) -> str:
+    """open or proprietary for one block type, honouring the site's choice."""
+    drv = loaded.site.software.nvidia_driver
+    return modules_for(drv.kernel_modules if drv else "auto", int(drv.branch) if drv else 0,
+                       block)
+
+
+def payload_for(loaded: LoadedSite, h: HostPlan) -> Payload | None:
+    """The NVIDIA packages of one host, at the kernel-module flavour its block gets."""
+    flavour = kernel_modules_for(loaded, h.block)
+    return for_block(loaded.site.software, h.block,
+                                 "open" if flavour == "open" else "proprietary")

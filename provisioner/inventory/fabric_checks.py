@@ -21,6 +21,7 @@ from provisioner.inventory.cabling import (
 )
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import LoadedSite
+from provisioner.roce import SONIC_LOSSLESS_DEFAULT
 
 Emit = Callable[..., None]
 
@@ -66,7 +67,6 @@ def _sonic_lossless(loaded: LoadedSite, eps: dict[str, Endpoint], emit: Emit) ->
     """SONiC gives priorities 3 and 4 lossless buffers (PFC headroom) by itself, in both of
     its buffer models (NVIDIA SONiC 202012, "QoS and Buffers", BUFFER_PG table); a lossless
     RoCE priority outside them would get PFC with no headroom, and drop under incast."""
-    from provisioner.roce import SONIC_LOSSLESS_DEFAULT  # roce imports the models
 
     roce = loaded.site.software.roce
     if roce.mode != "lossless" or roce.priority in SONIC_LOSSLESS_DEFAULT:

@@ -14,6 +14,14 @@ from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import KeyPath, LoadedSite
 from provisioner.inventory.models import OPEN_ONLY_ARCHS, PROPRIETARY_ONLY_ARCHS
 from provisioner.inventory.software_models import Software
+from provisioner.inventory.topology import has_roce, servers
+from provisioner.payload import ARM64_ARCHS
+from provisioner.sources import (
+    CNI_MANIFESTS,
+    GPU_OPERATOR_CHART_VERSION,
+    GPU_OPERATOR_KUBERNETES,
+    cni_release,
+)
 
 Emit = Callable[..., None]
 
@@ -116,7 +124,6 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
                 emit("cuda-drops-architecture", ("software", "cuda"),
                      f"CUDA {sw.cuda} no longer supports Volta ({', '.join(volta)})",
                      "pin CUDA 12.x for sites with V100 systems")
-        from provisioner.payload import ARM64_ARCHS  # payload imports the inventory
         if drv.kernel_flavour and {a in ARM64_ARCHS for a in archs} == {True, False}:
             emit("kernel-flavour-mixed", ("software", "nvidia_driver", "kernel_flavour"),
                  f"kernel_flavour {drv.kernel_flavour} applies to every GPU node, but the site "
@@ -182,7 +189,6 @@ def _mirror_without_sources(loaded: LoadedSite, emit: Emit) -> None:
     gets only the distribution's pool, so the nodes' clocks drift apart and kubeadm's and
     etcd's certificates fail as not yet valid. The lab's mirror (its overlay) is not said:
     the lab has no internet and no time source by design."""
-    from provisioner.sources import CNI_MANIFESTS  # sources imports the inventory
 
     sw = loaded.site.software
     if sw.mirror is None or loaded.lab_hosts:
@@ -205,8 +211,6 @@ def _mirror_without_sources(loaded: LoadedSite, emit: Emit) -> None:
 def _mirror_architectures(loaded: LoadedSite, emit: Emit) -> None:
     """Ubuntu serves amd64 from its main archive and arm64 from its ports archive: one
     mirror URL for a site with both is a mirror of one of them, unless it merges both."""
-    from provisioner.inventory.topology import servers  # topology imports checks
-    from provisioner.payload import ARM64_ARCHS  # payload imports the inventory
 
     sw = loaded.site.software
     if sw.mirror is None or sw.mirror_arm64 is not None:
@@ -225,7 +229,6 @@ def _mirror_architectures(loaded: LoadedSite, emit: Emit) -> None:
 def _cni_tested(sw: Software, emit: Emit) -> None:
     """The CNI release is the newest its vendor tests on the cluster's minor (sources.py);
     for a minor no known release is tested on, the nearest one is used, and said."""
-    from provisioner.sources import cni_release  # sources imports the inventory
 
     k8s = sw.kubernetes
     if k8s is None:
@@ -242,7 +245,6 @@ def _cni_tested(sw: Software, emit: Emit) -> None:
 def _gpu_operator_supported(sw: Software, emit: Emit) -> None:
     """The GPU Operator chart is pinned whatever the Kubernetes minor (sources.py): one
     outside the minors its release notes support is said."""
-    from provisioner.sources import GPU_OPERATOR_CHART_VERSION, GPU_OPERATOR_KUBERNETES
 
     k8s = sw.kubernetes
     if k8s is None:
@@ -284,7 +286,6 @@ def _roce_needs_doca(loaded: LoadedSite, emit: Emit) -> None:
     cma_roce_tos) and its mlx5 sysfs (ecn/): on Ubuntu's inbox driver they do not exist, so
     the QoS would fail on every RoCE node at every boot. DGX OS brings NVIDIA's own OFED
     builds (MLNX_OFED's release notes list versions "for DGX H100 systems only")."""
-    from provisioner.inventory.topology import has_roce  # topology imports checks
 
     sw = loaded.site.software
     if sw.doca is not None or sw.os.startswith("dgx-os"):
@@ -309,7 +310,6 @@ def _gpudirect_rdma(loaded: LoadedSite, emit: Emit) -> None:
     GPUDirect Storage": DMA-BUF recommended, nvidia-peermem the legacy path). The roles
     build the driver before DOCA and load no nvidia-peermem, so such nodes would stage GPU
     traffic through host memory without a word."""
-    from provisioner.inventory.topology import has_roce  # topology imports checks
 
     sw = loaded.site.software
     drv = sw.nvidia_driver

@@ -22,10 +22,9 @@ from provisioner import __version__, outdir, resources, sources, statedir
 from provisioner import payload as payload_mod
 from provisioner import roce as roce_mod
 from provisioner.errors import RenderError
-from provisioner.inventory.block_models import modules_for
 from provisioner.inventory.kube_checks import node_taints
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.models import BlockType, NetworkKind, Role
+from provisioner.inventory.models import NetworkKind, Role
 from provisioner.inventory.topology import (
     HostPlan,
     ansible_host,
@@ -35,6 +34,7 @@ from provisioner.inventory.topology import (
     host_plans,
     nvlink_domain,
 )
+from provisioner.payload import kernel_modules_for, payload_for
 from provisioner.profile import for_site
 
 __all__ = ["HostPlan", "Rendered", "ansible_host", "artifacts", "group_name", "host_plans",
@@ -54,13 +54,6 @@ class Rendered:
     out: Path
     files: list[Path] = field(default_factory=list)
     groups: dict[str, list[str]] = field(default_factory=dict)
-
-
-def kernel_modules_for(loaded: LoadedSite, block: BlockType) -> str:
-    """open or proprietary for one block type, honouring the site's choice."""
-    drv = loaded.site.software.nvidia_driver
-    return modules_for(drv.kernel_modules if drv else "auto", int(drv.branch) if drv else 0,
-                       block)
 
 
 MIRROR_KEY_NAME = "site-mirror-key"  # in the rendered project's files/ (+ the key's suffix)
@@ -253,12 +246,6 @@ def _kubernetes_vars(loaded: LoadedSite) -> dict[str, Any]:
             "kubernetes_vip": str(k.vip) if k.vip is not None else "",
             "kubernetes_flannel_iface_can_reach":
                 str(mgmt.cidr.network_address) if mgmt is not None else ""}
-
-
-def payload_for(loaded: LoadedSite, h: HostPlan) -> payload_mod.Payload | None:
-    flavour = kernel_modules_for(loaded, h.block)
-    return payload_mod.for_block(loaded.site.software, h.block,
-                                 "open" if flavour == "open" else "proprietary")
 
 
 def imex_peers(loaded: LoadedSite, h: HostPlan) -> list[str]:

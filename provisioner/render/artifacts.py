@@ -8,7 +8,7 @@ from provisioner import sources
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import Role
 from provisioner.inventory.topology import HostPlan, has_roce, host_plans
-from provisioner.payload import KERNEL_HEADERS
+from provisioner.payload import KERNEL_HEADERS, payload_for
 
 # A chart's and a manifest's images are the chart's own data, at its pinned version: the
 # list names where to read them rather than keeping a copy that would drift.
@@ -18,7 +18,6 @@ _CHART_IMAGES = ("the images the {} chart deploys (`helm show values`: each comp
 
 def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
     """Every package, chart, image and file the rendered roles fetch, for an offline mirror."""
-    from provisioner.render import payload_for  # the render module's own glue
     sw = loaded.site.software
     hosts = host_plans(loaded)
     servers = [h for h in hosts if h.is_server]
