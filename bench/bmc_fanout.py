@@ -38,7 +38,9 @@ N_IPMI = 50
 
 def site_yaml(n_redfish: int, n_ipmi: int) -> str:
     lines = [
-        "site: {name: fanout, lab_overlay: .provision/lab/overlay.yaml}",
+        "site: {name: fanout, lab_overlay: .provision/lab/overlay.yaml, ssh: {authorized_keys: "
+        "['ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGf2mvZz4M6W7ePLkgoNZLE4yW8NMw4aSIDxQy2XY5Fc "
+        "admin@example']}}",
         "credentials:",
         "  bmc: {username: admin, password: {env: FANOUT_UNUSED_PASSWORD}}",
         "networks:",
