@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from provisioner import lazy
 from provisioner.inventory.loader import LoadedSite
 from provisioner.profile import Profile
 from provisioner.statedir import location
@@ -67,7 +68,7 @@ def connect(client: paramiko.SSHClient, address: str, login: Login, timeout_s: f
     """Log `client` in with the site's login: host keys from the site's known_hosts, the
     user's and the system's; anything else is refused (the lab alone accepts any key).
     Every SSH session to a node goes through here."""
-    import paramiko
+    paramiko = lazy.module("paramiko")
 
     if login.accept_any_host_key:
         client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # the lab alone
@@ -93,7 +94,7 @@ class Session:
 
     def run(self, command: str, timeout_s: float) -> tuple[int, str, str]:
         """(exit status, stdout, stderr) of one command, at most 4 KiB of each."""
-        import paramiko
+        paramiko = lazy.module("paramiko")
 
         try:
             _, stdout, stderr = self._client.exec_command(command, timeout=timeout_s)
@@ -116,7 +117,7 @@ class Session:
 
 def open_session(address: str, login: Login, timeout_s: float) -> Session:
     """A logged-in session, or NoSession saying why there is none."""
-    import paramiko
+    paramiko = lazy.module("paramiko")
 
     where = f"{address}:{login.port}"
     client = paramiko.SSHClient()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from provisioner import lazy
 from provisioner.bmc.base import (
     BmcDriver,
     BmcTarget,
@@ -68,13 +69,16 @@ def targets(loaded: LoadedSite, env: Mapping[str, str], limit: str | None = None
     return out
 
 
+# The protocol library is imported on first use, often by many worker threads of one
+# fan-out at once: through lazy.module, one at a time (see there).
+_DRIVERS = {"redfish": ("provisioner.bmc.redfish", "RedfishDriver"),
+            "ipmi": ("provisioner.bmc.ipmi", "IpmiDriver")}
+
+
 def make_driver(target: BmcTarget) -> BmcDriver:
     """The driver for a target's protocol (imports the protocol library on first use)."""
-    if target.protocol == "redfish":
-        from provisioner.bmc.redfish import RedfishDriver
-
-        return RedfishDriver(target)
-    from provisioner.bmc.ipmi import IpmiDriver
-
-    return IpmiDriver(target)
+    module, name = _DRIVERS["redfish" if target.protocol == "redfish" else "ipmi"]
+    driver_class = getattr(lazy.module(module), name)
+    driver: BmcDriver = driver_class(target)
+    return driver
 

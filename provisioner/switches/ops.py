@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
-from provisioner import fabric
+from provisioner import fabric, lazy
 from provisioner.credentials import CredentialResolver
 from provisioner.errors import FabricError, InventoryError, ProvisionerError
 from provisioner.fabric.onyx import expand_ranges
@@ -32,11 +32,11 @@ DriverFactory = Callable[[Endpoint], SwitchDriver | staged.Shell]
 
 
 def netmiko_factory(ep: Endpoint) -> SwitchDriver | staged.Shell:
-    from provisioner.switches import netmiko_driver  # the edge, loaded late
-
-    if ep.nos in staged.FLAVORS:
-        return netmiko_driver.NetmikoShell(ep)
-    return netmiko_driver.NetmikoDriver(ep)
+    netmiko_driver = lazy.module("provisioner.switches.netmiko_driver")  # loaded late
+    made: SwitchDriver | staged.Shell = (netmiko_driver.NetmikoShell(ep)
+                                         if ep.nos in staged.FLAVORS
+                                         else netmiko_driver.NetmikoDriver(ep))
+    return made
 
 
 @dataclass(frozen=True, slots=True)

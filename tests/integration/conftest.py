@@ -15,6 +15,7 @@ import pytest
 
 from provisioner import lab as lab_mod
 from provisioner.inventory import load
+from provisioner.profile import for_site
 from tests.conftest import EXAMPLE, ROOT, requires_ipmi_sim
 
 __all__ = ["provision", "requires_ipmi_sim", "ssh_lab"]
@@ -88,3 +89,16 @@ def control_planes_upgraded(site: Path, bundle: str) -> list[str]:
             store.record(p.hostname, "upgraded", {"bundle": bundle, "versions": versions})
     return hosts
 
+
+def forget_state(site: Path) -> Path:
+    """Forget every node (a fresh store), keeping the lab running; the store's path. Its
+    backups are moved aside, as `up` asks before it starts a new store over a deleted one
+    (kept under the site: the search for secrets reads them too)."""
+    db = for_site(load(site)).state_path
+    for suffix in ("", "-wal", "-shm", ".lock"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    backups = Path(str(db) + ".backups")
+    if backups.exists():
+        n = len(list(db.parent.glob(f"{db.name}.aside*.backups")))
+        backups.rename(db.parent / f"{db.name}.aside{n}.backups")
+    return db

@@ -212,6 +212,7 @@ def test_debug_does_not_silence_the_tls_warning(tls_bmc, tmp_path):
         "site: {name: tlswarn, ssh: {authorized_keys: ['ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA"
         "IGf2mvZz4M6W7ePLkgoNZLE4yW8NMw4aSIDxQy2XY5Fc admin@example']}}\n"
         "credentials:\n  bmc: {username: admin, password: {env: TLS_BMC_PW}}\n"
+        "software: {nvidia_driver: {branch: '570'}}\n"  # a valid site: every command checks
         "racks:\n  - {name: r01, feeds: [{name: A, phase: single, voltage_v: 230,"
         " breaker_a: 16}], cooling_kw: 10}\n"
         "placements:\n  - rack: r01\n    u: 1\n    block: vgpu-1u\n    nodes:\n"

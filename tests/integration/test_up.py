@@ -28,7 +28,7 @@ from provisioner.workflows import report
 from provisioner.workflows.up import LAB_OS_NOTE, state_path
 from tests.conftest import EXAMPLE, ROOT, requires_ssh_hosts
 from tests.integration import add_flow, site_run_flow
-from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
+from tests.integration.conftest import forget_state, provision, requires_ipmi_sim, ssh_lab
 
 pytestmark = [pytest.mark.integration, requires_ipmi_sim,
               requires_ssh_hosts]
@@ -66,16 +66,8 @@ def store_of(site: Path) -> StateStore:
 
 
 def reset_state(site: Path) -> None:
-    """Forget every node (a fresh site), keeping the lab running. The store's backups are
-    moved aside, as its error asks for a new store on purpose (kept under the site: the
-    search for secrets reads them too)."""
-    db = state_path(load(site))
-    for suffix in ("", "-wal", "-shm", ".lock"):
-        Path(str(db) + suffix).unlink(missing_ok=True)
-    backups = Path(str(db) + ".backups")
-    if backups.exists():
-        n = len(list(db.parent.glob(f"{db.name}.aside*.backups")))
-        backups.rename(db.parent / f"{db.name}.aside{n}.backups")
+    """Forget every node (a fresh site), keeping the lab running."""
+    forget_state(site)
 
 
 def transitions(store: StateStore, run_id: int | None = None) -> list[tuple[str, str]]:

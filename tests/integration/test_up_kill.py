@@ -20,11 +20,9 @@ from pathlib import Path
 import pytest
 
 from provisioner import leftovers
-from provisioner.inventory import load
 from provisioner.state import StateStore
-from provisioner.workflows.up import state_path
 from tests.conftest import FIXTURES, ROOT, requires_ssh_hosts
-from tests.integration.conftest import provision, requires_ipmi_sim, ssh_lab
+from tests.integration.conftest import forget_state, provision, requires_ipmi_sim, ssh_lab
 
 pytestmark = [pytest.mark.integration, requires_ipmi_sim,
               requires_ssh_hosts]
@@ -42,10 +40,7 @@ def small_lab(tmp_path_factory):
 
 
 def fresh(site: Path) -> Path:
-    db = state_path(load(site))
-    for suffix in ("", "-wal", "-shm", ".lock"):
-        Path(str(db) + suffix).unlink(missing_ok=True)
-    return db
+    return forget_state(site)
 
 
 def start_up(site: Path) -> subprocess.Popen[bytes]:

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2] / "provisioner"
 
 # Lowest first. A package or top-level module of provisioner/ -> its floor.
 FLOORS: dict[int, tuple[str, ...]] = {
-    0: ("errors", "fanout", "lifecycle", "pids", "resources", "outdir"),
+    0: ("errors", "fanout", "lazy", "lifecycle", "pids", "resources", "outdir"),
     1: ("inventory", "power", "roce", "payload", "sources", "statedir", "profile",
         "credentials", "secrets"),
     2: ("state", "state_backup", "state_errors", "state_lease", "state_schema"),
