@@ -85,6 +85,23 @@ def fanout(loaded, limit: str, op, concurrency: int = bmc.DEFAULT_CONCURRENCY) -
     return elapsed
 
 
+def round_of(loaded, limit: str) -> float:
+    all_off(loaded, limit)
+    return fanout(loaded, limit, pxe_and_on)
+
+
+def again_once(run):
+    """One round, run again once when a node failed in it, saying so: sushy-tools' fake
+    driver can lose a power change under load (a request that reads the system while a
+    poll writes it back), which is the emulator's race, not the fan-out's. Its time is
+    left out; a second failure ends the bench."""
+    try:
+        return run()
+    except SystemExit as exc:
+        print(f"  (a round failed and runs again: {exc})")
+        return run()
+
+
 def pxe_and_on(driver) -> None:
     driver.set_boot_device(BootDevice.PXE, persistent=False)
     driver.set_power(PowerAction.ON, 120)
@@ -131,8 +148,7 @@ def redfish(loaded, repeat: int, n_redfish: int) -> None:
         limit = ",".join(f"rf{i:03d}" for i in range(n))
         times = []
         for _ in range(3 * repeat if n == 1 else repeat):
-            all_off(loaded, limit)
-            times.append(fanout(loaded, limit, pxe_and_on))
+            times.append(again_once(lambda limit=limit: round_of(loaded, limit)))
         med = statistics.median(times)
         base_t = base_t or med
         print(f"{n:>6} {med:>9.2f} {min(times):>7.2f} {max(times):>7.2f} {med / base_t:>10.2f}")
