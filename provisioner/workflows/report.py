@@ -280,6 +280,9 @@ def cordoned_by(store: StateStore, states: Mapping[str, NodeState]) -> dict[str,
     that run ended (interrupted at which step, failed, killed, or still running) and the
     command that resumes it. A stopped `upgrade apply` leaves its nodes cordoned where they
     are; without this, `status` showed them cordoned with no reason at all."""
+    held = [h for h, st in states.items() if st.phase in HELD or st.phase in UPGRADE_TAIL]
+    if not held:  # the usual case: no read of the whole event log for status
+        return {}
     moved: dict[str, tuple[int, str]] = {}
     stopped_at: dict[tuple[int, str], str] = {}
     for ev in store.events():
@@ -291,9 +294,9 @@ def cordoned_by(store: StateStore, states: Mapping[str, NodeState]) -> dict[str,
             stopped_at[(ev.run_id, ev.hostname)] = str(ev.detail.get("step", ""))
     runs = {r["id"]: r for r in store.runs(1_000_000)}
     out: dict[str, str] = {}
-    for host, st in states.items():
+    for host in held:
         last = moved.get(host)
-        if last is None or (st.phase not in HELD and st.phase not in UPGRADE_TAIL):
+        if last is None:
             continue
         run = runs.get(last[0])
         if run is None or not str(run["command"]).startswith("upgrade"):
