@@ -11,14 +11,21 @@ echo "== mypy"; mypy provisioner roles/base_os/filter_plugins
 # only namespaces with no process left in them, and their bridges, are removed
 if [ "$(id -u)" = 0 ]; then echo "== lab leftovers"; provision lab prune; fi
 # Unit tests are independent: one worker per core (pytest-xdist). The integration tests
-# share one lab per session (tests/integration/conftest.py) and start peers on fixed
-# addresses: one process, in file order. Arguments naming tests run them alone, as given.
+# of the SSH lab share one lab per session and its fixed addresses: one process, in file
+# order; those that start no lab host (marked beside_the_lab, tests/integration/conftest.py)
+# run in a second process beside them, their output printed after. Arguments naming tests
+# run them alone, as given.
 paths=0
 for arg in "$@"; do [[ "$arg" == -* ]] || paths=1; done
 if ((paths)); then echo "== pytest"; exec pytest "$@"; fi
 # Both run whatever the first gives; the exit status is the first failure's.
 echo "== pytest (unit, ${PYTEST_WORKERS:=2} workers)"
 rc=0; pytest tests/unit -n "$PYTEST_WORKERS" "$@" || rc=$?
-echo "== pytest (integration)"
-pytest tests/integration "$@" || { r=$?; ((rc)) || rc=$r; }
+echo "== pytest (integration: the SSH lab's tests; beside them, those that start no lab host)"
+beside=$(mktemp -d /tmp/pytest-beside.XXXXXX)
+pytest tests/integration -m beside_the_lab -p no:cacheprovider --basetemp "$beside/tmp" "$@" \
+  >"$beside/out.log" 2>&1 & beside_pid=$!
+pytest tests/integration -m "not beside_the_lab" "$@" || { r=$?; ((rc)) || rc=$r; }
+wait "$beside_pid" || { r=$?; ((rc)) || rc=$r; }
+echo "== pytest (integration, beside the lab: $beside)"; cat "$beside/out.log"
 exit "$rc"

@@ -37,7 +37,13 @@ from pathlib import Path
 
 from provisioner import pids
 from provisioner.errors import ConfigError
-from provisioner.lab.hosts import ROOTFS_SUITE, _run, debootstrap_root, seed_identity
+from provisioner.lab.hosts import (
+    ROOTFS_SUITE,
+    _run,
+    debootstrap_root,
+    default_cache,
+    seed_identity,
+)
 from provisioner.lab.procs import free_ports
 
 # Debian's kernel and what the roles' kernel-bound steps use: kmod (module loads), procps
@@ -172,10 +178,21 @@ def runs_a_guest(accel: str) -> bool:
             proc.wait()
 
 
+def _kvm_verdict_file() -> Path:
+    """Where a kernel that did not come up under KVM is remembered until this machine
+    boots again (nested KVM does not mend itself meanwhile): the KVM try costs 20 s."""
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return default_cache() / f"kvm-kernel-fails-{boot_id}"
+
+
 @functools.cache
 def accelerator() -> tuple[str, str]:
     """QEMU's accelerator for the guest and why: kvm where KVM runs guests on this
     machine, else tcg (probed once per process)."""
+    remembered = _kvm_verdict_file()
+    if remembered.is_file():
+        return "tcg", (f"TCG, QEMU's CPU emulation: {remembered.read_text().strip()} "
+                       f"(remembered since this machine booted: {remembered})")
     why_not = _kvm_opens()
     if why_not is None and not runs_a_guest("kvm"):
         why_not = (f"/dev/kvm answers KVM_GET_API_VERSION {KVM_API_VERSION}, but a guest "
@@ -215,9 +232,12 @@ def start(workdir: Path, key: Path, *, name: str = "kernelhost",
         for sub in ("upper", "work", "merged"):
             shutil.rmtree(workdir / sub)
         disk, swap = _disks(root, workdir, name, key)
+        why = f"the kernel under KVM {why} (nested KVM), though the probe guest ran"
+        remembered = _kvm_verdict_file()
+        remembered.parent.mkdir(parents=True, exist_ok=True)
+        remembered.write_text(why + "\n")
         host = _launch(workdir, name, kernel, initrd, disk, swap, port, key, "tcg",
-                       f"TCG, QEMU's CPU emulation: the kernel under KVM {why} (nested KVM), "
-                       "though the probe guest ran")
+                       f"TCG, QEMU's CPU emulation: {why}")
     try:
         _wait_ssh(host, timeout_s)
     except BaseException:

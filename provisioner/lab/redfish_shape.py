@@ -214,6 +214,11 @@ class _Handler(BaseHTTPRequestHandler):
                                  "date", "server"):
                 self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
+        # One request per connection, said so, as sushy-tools' own server (werkzeug) does:
+        # a client never reuses a connection this side may already have closed (a reused
+        # one lost a power request to a reset now and then behind the latency proxy).
+        self.send_header("Connection", "close")
+        self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
 

@@ -20,6 +20,34 @@ from tests.conftest import EXAMPLE, ROOT, requires_ipmi_sim
 
 __all__ = ["provision", "requires_ipmi_sim", "ssh_lab"]
 
+# Tests that start no SSH lab, make no network namespace and bind nothing fixed (loopback
+# on free ports only), marked beside_the_lab: scripts/test.sh runs them in a pytest of their
+# own beside the tests of the SSH lab, which keep one process and their file order (one lab
+# at a time: its hosts' addresses and bridge are fixed). Not xdist's loadgroup: with
+# pytest 9.2 its groups do not take (the suffix it writes into _nodeid is not read back).
+BESIDE_THE_LAB_FILES = {
+    "test_ansible.py", "test_apt_other_sources.py", "test_bmc_budget.py", "test_bmc_lab.py",
+    "test_bmc_protocol.py", "test_kernel_host.py", "test_kubernetes_holder.py",
+    "test_report_browser.py", "test_secrets_tls.py", "test_switch_shell.py",
+    "test_switches.py", "test_wheel.py"}
+# the benches that start BMC emulators at most (the others start the SSH lab)
+BESIDE_THE_LAB_BENCHES = {"add_scale.py", "bmc_fanout.py", "inventory_scale.py",
+                          "upgrade_sim.py"}
+
+
+def beside_the_lab(item: pytest.Item) -> bool:
+    name = item.path.name
+    if name == "test_benches_smoke.py":
+        spec = getattr(item, "callspec", None)
+        return spec is not None and spec.params.get("bench") in BESIDE_THE_LAB_BENCHES
+    return name in BESIDE_THE_LAB_FILES
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "integration" in item.path.parts and beside_the_lab(item):
+            item.add_marker(pytest.mark.beside_the_lab)
+
 
 @pytest.fixture
 def site_copy(tmp_path: Path) -> Path:
@@ -102,3 +130,4 @@ def forget_state(site: Path) -> Path:
         n = len(list(db.parent.glob(f"{db.name}.aside*.backups")))
         backups.rename(db.parent / f"{db.name}.aside{n}.backups")
     return db
+

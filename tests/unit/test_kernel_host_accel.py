@@ -23,8 +23,9 @@ def test_an_accelerator_qemu_cannot_start_runs_no_guest():
     assert not kernel_host.runs_a_guest("no-such-accel")
 
 
-def test_kvm_is_chosen_only_with_a_device_that_answers_as_kvm(monkeypatch):
+def test_kvm_is_chosen_only_with_a_device_that_answers_as_kvm(monkeypatch, tmp_path):
     """Without /dev/kvm (or one that is no KVM) the probe guest is not even started."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no verdict remembered
     monkeypatch.setattr(kernel_host, "_kvm_opens", lambda: "/dev/kvm: No such file or directory")
     monkeypatch.setattr(kernel_host, "runs_a_guest", _no_probe)
     kernel_host.accelerator.cache_clear()
@@ -37,3 +38,26 @@ def test_kvm_is_chosen_only_with_a_device_that_answers_as_kvm(monkeypatch):
 
 def _no_probe(accel: str) -> bool:
     raise AssertionError(f"probed {accel} although /dev/kvm does not open")
+
+
+def test_a_kernel_that_failed_under_kvm_is_remembered_until_the_machine_boots_again(
+        monkeypatch, tmp_path):
+    """Once the kernel did not come up under KVM (start() writes why), later starts on this
+    boot of the machine go to TCG at once, saying why and where that is remembered; the
+    note names the boot, so a reboot probes again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(kernel_host, "_kvm_opens", lambda: None)
+    monkeypatch.setattr(kernel_host, "runs_a_guest", _no_probe)
+    remembered = kernel_host._kvm_verdict_file()
+    boot_id = open("/proc/sys/kernel/random/boot_id").read().strip()
+    assert remembered == tmp_path / "provisioner" / f"kvm-kernel-fails-{boot_id}"
+    remembered.parent.mkdir(parents=True)
+    remembered.write_text("the kernel under KVM printed nothing in 20 s (nested KVM)\n")
+    kernel_host.accelerator.cache_clear()
+    try:
+        accel, note = kernel_host.accelerator()
+    finally:
+        kernel_host.accelerator.cache_clear()
+    assert accel == "tcg"
+    assert note.startswith("TCG, QEMU's CPU emulation: the kernel under KVM printed nothing")
+    assert str(remembered) in note
