@@ -5,6 +5,7 @@ opens (nested KVM on the CI machines answers KVM_GET_API_VERSION 12 and runs not
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from provisioner.lab import kernel_host
 from tests.conftest import requires_peer
@@ -49,7 +50,7 @@ def test_a_kernel_that_failed_under_kvm_is_remembered_until_the_machine_boots_ag
     monkeypatch.setattr(kernel_host, "_kvm_opens", lambda: None)
     monkeypatch.setattr(kernel_host, "runs_a_guest", _no_probe)
     remembered = kernel_host._kvm_verdict_file()
-    boot_id = open("/proc/sys/kernel/random/boot_id").read().strip()
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     assert remembered == tmp_path / "provisioner" / f"kvm-kernel-fails-{boot_id}"
     remembered.parent.mkdir(parents=True)
     remembered.write_text("the kernel under KVM printed nothing in 20 s (nested KVM)\n")
