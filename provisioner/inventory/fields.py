@@ -288,6 +288,18 @@ def _url(schemes: tuple[str, ...]) -> Any:
 
 Host = Annotated[str, Field(min_length=1, max_length=253), AfterValidator(_host),
                  WithJsonSchema(_HOST_SCHEMA)]
+def _dns_name(value: str) -> str:
+    """A domain name (a search domain): a host name's rules, and not an address."""
+    if parse_ipv4(value) is not None or ":" in value:
+        raise ValueError("a domain name, not an address: letters, digits, '-' and '.'")
+    return _host(value)
+
+
+# A DNS domain (a search domain): RFC 1123 labels, not numeric at the end.
+DnsName = Annotated[str, Field(min_length=1, max_length=253), AfterValidator(_dns_name),
+                    WithJsonSchema({"type": "string", "maxLength": 253,
+                                    "pattern": HOST_NAME_RE.pattern,
+                                    "description": "a DNS domain name"})]
 HostPort = Annotated[str, Field(min_length=1, max_length=261), AfterValidator(_host_port),
                      WithJsonSchema({
                          "type": "string", "maxLength": 261,

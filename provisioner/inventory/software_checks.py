@@ -7,6 +7,8 @@ Called from checks.check() as fabric_checks is; no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from ipaddress import ip_address
+from urllib.parse import urlsplit
 
 from provisioner.inventory import compat
 from provisioner.inventory.block_models import modules_for
@@ -174,6 +176,7 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
         emit("bad-mirror", ("software", "mirror"), f"mirror '{sw.mirror}' is not a URL",
              "write http://mirror.example/ubuntu or file:///srv/mirror")
     _mirror_without_sources(loaded, emit)
+    _names_without_dns(sw, emit)
     if sw.mirror_suites is not None and sw.mirror is None:
         emit("mirror-suites-without-mirror", ("software", "mirror_suites"),
              "mirror_suites is set but no mirror is: the nodes keep their own sources",
@@ -206,6 +209,38 @@ def _mirror_without_sources(loaded: LoadedSite, emit: Emit) -> None:
              + "; the nodes fetch them from the internet, which an air-gapped site cannot "
              "reach", "set them in software.sources to the site's own servers",
              severity=Severity.WARNING)
+
+
+def _names_without_dns(sw: Software, emit: Emit) -> None:
+    """An installed node has a static address (autoinstall) and gets its resolvers only
+    from software.sources.dns_servers: a server the roles reach by name, with none set,
+    fails the first apt or image pull on every node, after the install."""
+    if sw.sources.dns_servers:
+        return
+    src = sw.sources
+    urls = {"mirror": sw.mirror, "mirror_arm64": sw.mirror_arm64,
+            "sources.registry_mirror": src.registry_mirror, "sources.helm_repo": src.helm_repo,
+            "sources.manifests": src.manifests}
+    named = [(f"software.{key}", urlsplit(url).hostname or "") for key, url in urls.items()
+             if url]
+    named += [("software.sources.ntp_servers", h) for h in src.ntp_servers]
+    names = [(key, host) for key, host in named if host and not _is_address(host)]
+    if names:
+        emit("names-without-dns", ("software", "sources"),
+             "the nodes reach " + ", ".join(f"{h} ({k})" for k, h in names[:3])
+             + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+             + " by name, but software.sources.dns_servers is empty: an installed node "
+             "has a static address and no resolver, so it could not look them up",
+             "set software.sources.dns_servers (and dns_search) to the site's resolvers, "
+             "or name those servers by address")
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def _mirror_architectures(loaded: LoadedSite, emit: Emit) -> None:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema, model_validator
 
 from provisioner.inventory.fields import (
+    DnsName,
     Host,
     HostPort,
     HttpUrl,
@@ -116,6 +117,13 @@ class Sources(Model):
         default=None, description="base URL holding the CNI manifests (calico.yaml, ...)")
     ntp_servers: tuple[Host, ...] = Field(
         default=(), description="NTP servers (default: the distribution's pool)")
+    # The installed nodes' resolvers: autoinstall's netplan `nameservers` and the boot
+    # server's DHCP option 6 carry them (without them a node has no DNS at all: its
+    # address is static). resolv.conf(5): at most 3 nameservers (MAXNS) are used.
+    dns_servers: tuple[IPv4Addr, ...] = Field(
+        default=(), max_length=3, description="DNS servers the installed nodes use (up to 3)")
+    dns_search: tuple[DnsName, ...] = Field(
+        default=(), max_length=6, description="DNS search domains of the installed nodes")
 
 
 class Dcgm(Model):

@@ -139,6 +139,8 @@ class NodeInstall:
     address: str  # with prefix: 10.250.0.21/24
     gateway: str | None
     block: BlockType
+    nameservers: tuple[str, ...] = ()  # software.sources.dns_servers
+    search: tuple[str, ...] = ()  # software.sources.dns_search
 
 
 def user_data(node: NodeInstall, *, user: str, keys: list[str], key: HostKey,
@@ -169,6 +171,11 @@ def user_data(node: NodeInstall, *, user: str, keys: list[str], key: HostKey,
                                 "addresses": [node.address]}
     if node.gateway:
         ethernet["routes"] = [{"to": "default", "via": node.gateway}]
+    # netplan's nameservers (addresses, search); the installer writes this network config
+    # into the installed system, whose address is static: its only resolvers.
+    if node.nameservers or node.search:
+        ethernet["nameservers"] = {k: list(v) for k, v in (
+            ("addresses", node.nameservers), ("search", node.search)) if v}
     doc: dict[str, Any] = {
         "version": 1,
         "user-data": cloud,

@@ -156,8 +156,12 @@ def render_pxe(loaded: LoadedSite, out: Path, *, server: IPv4Address, http_port:
     # the paths dnsmasq.conf names are the final ones, not the directory written first
     context = {"site": loaded.site.site.name, "network": net, "hosts": hosts,
                "server": server, "base": base, "interface": interface,
-               "out": out.parent.resolve() / out.name, "release": release, "media": media}
+               "out": out.parent.resolve() / out.name, "release": release, "media": media,
+               "dns_servers": [str(a) for a in loaded.site.software.sources.dns_servers],
+               "dns_search": list(loaded.site.software.sources.dns_search)}
     blocks = {s.hostname: s.block for s in servers(loaded)}
+    src = loaded.site.software.sources
+    dns = tuple(str(a) for a in src.dns_servers)
     known: dict[str, str] = {}
 
     def fill(work: Path) -> list[Path]:
@@ -186,7 +190,8 @@ def render_pxe(loaded: LoadedSite, out: Path, *, server: IPv4Address, http_port:
             known[h.hostname] = _known_hosts_line(h, key)
             node = autoinstall.NodeInstall(
                 hostname=h.hostname, mac=h.mac, address=f"{h.address}/{net.cidr.prefixlen}",
-                gateway=str(net.gateway) if net.gateway else None, block=blocks[h.hostname])
+                gateway=str(net.gateway) if net.gateway else None, block=blocks[h.hostname],
+                nameservers=dns, search=tuple(src.dns_search))
             doc = autoinstall.user_data(node, user=loaded.site.site.ssh.user, keys=keys,
                                         key=key, mirror=loaded.site.software.mirror or "")
             write(f"autoinstall/{h.hostname}/user-data",
