@@ -14,30 +14,32 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from provisioner.errors import ConfigError
 from provisioner.inventory import software_checks
-from provisioner.inventory.block_models import modules_for
 from provisioner.inventory.bundle_models import Bundle
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.software_models import Dcgm, FabricManager, NvidiaDriver, Software
-from provisioner.inventory.topology import HostPlan, has_roce
+from provisioner.inventory.topology import HostPlan
+from provisioner.upgrade.plan_bundle import (
+    Versions,
+    bundle_driver,
+    components_on,
+    effective,
+    modules_at,
+    site_at,
+    software_at,
+)
 from provisioner.upgrade.schedule import Scheduler, planned_s
-from provisioner.upgrade.steps import in_kubernetes, outside_kubernetes
+from provisioner.upgrade.steps import outside_kubernetes
 
-Versions = Mapping[str, str | None]
+__all__ = ["Change", "Durations", "NodePlan", "PlanOptions", "Refusal", "UpgradePlan",
+           "Versions", "components_on", "direction", "domain_of", "effective", "make_plan",
+           "minor_of", "scheduler", "site_at", "software_at"]
 
-# Which nodes a component lives on; everything else is on every server.
-GPU_COMPONENTS = ("nvidia_driver", "kernel_modules", "cuda", "dcgm", "container_toolkit")
-NVSWITCH_COMPONENTS = ("fabric_manager", "nscq")
-IMEX_COMPONENTS = ("imex",)  # GB200/GB300 trays: IMEX instead of fabric manager
-ROCE_COMPONENTS = ("doca",)
-NODE_COMPONENTS = ("containerd", "kubernetes")
 CLUSTER_COMPONENTS = ("gpu_operator", "network_operator")  # charts: once, not per node
 # A change to one of these loads a new kernel module: the node reboots.
 REBOOT_COMPONENTS = frozenset({"nvidia_driver", "kernel_modules", "doca"})
@@ -159,19 +161,6 @@ def direction(old: str | None, new: str | None) -> str:
     return "change"
 
 
-def components_on(plan: HostPlan, loaded: LoadedSite) -> tuple[str, ...]:
-    out: list[str] = list(NODE_COMPONENTS) if in_kubernetes(plan) else []
-    if plan.block.gpu is not None:
-        out += GPU_COMPONENTS
-    if plan.block.nvswitch:
-        out += NVSWITCH_COMPONENTS
-    if plan.block.imex:
-        out += IMEX_COMPONENTS
-    if has_roce(loaded, plan.node):
-        out += ROCE_COMPONENTS
-    return tuple(out)
-
-
 def domain_of(plan: HostPlan, label: str | None) -> str:
     if label is None:
         return plan.placement.rack
@@ -180,58 +169,6 @@ def domain_of(plan: HostPlan, label: str | None) -> str:
         raise ConfigError(f"{plan.hostname} has no label {label!r} for --failure-domain",
                           hint=f"add labels: {{{label}: ...}} to the node, or use the rack")
     return value
-
-
-def _bundle_driver(sw: Software, bundle: Bundle) -> NvidiaDriver:
-    """The bundle's driver pins, with the site's driver source and kernel modules unless
-    the bundle names them: the source is the site's (Secure Boot hosts take only Canonical's
-    signed modules), and a bundle that leaves either out must not move a site onto NVIDIA's
-    unsigned DKMS build, or from the proprietary modules the site chose to the open ones."""
-    drv = bundle.nvidia_driver
-    if sw.nvidia_driver is not None:  # what the bundle leaves out stays the site's
-        kept = {f: getattr(sw.nvidia_driver, f)
-                for f in ("source", "kernel_modules", "kernel_flavour")
-                if f not in drv.model_fields_set}
-        drv = drv.model_copy(update=kept)
-    return drv
-
-
-def _modules(hp: HostPlan, versions: Versions) -> str | None:
-    """open or proprietary: what `kernel_modules` (auto included) picks on this node's block
-    at the driver branch of `versions`; None without a GPU or a driver."""
-    driver = versions.get("nvidia_driver") or ""
-    if hp.block.gpu is None or not driver[:3].isdigit() or driver.startswith("000"):
-        return None
-    return modules_for(versions.get("kernel_modules") or "auto", int(driver[:3]), hp.block)
-
-
-def effective(loaded: LoadedSite, bundle: Bundle) -> Bundle:
-    """The bundle as it applies to this site (its driver with the site's source, kernel
-    modules and kernel flavour where it names none; NSCQ and IMEX at the driver's version
-    where it pins none, as the roles install them): what plan compares and apply records."""
-    drv = _bundle_driver(loaded.site.software, bundle)
-    return bundle.model_copy(update={"nvidia_driver": drv,
-                                     "nscq": bundle.nscq or drv.version,
-                                     "imex": bundle.imex or drv.version})
-
-
-def software_at(loaded: LoadedSite, bundle: Bundle) -> Software:
-    """The site's software section as the bundle leaves it (what the roles render)."""
-    sw = loaded.site.software
-    kube = (sw.kubernetes.model_copy(update={"version": bundle.kubernetes})
-            if sw.kubernetes else None)
-    return sw.model_copy(update={
-        "nvidia_driver": _bundle_driver(sw, bundle), "cuda": bundle.cuda,
-        "doca": bundle.doca,
-        "fabric_manager": FabricManager(enabled=sw.fabric_manager.enabled,
-                                        version=bundle.fabric_manager),
-        "dcgm": Dcgm(version=bundle.dcgm, diag_level=sw.dcgm.diag_level),
-        "kubernetes": kube})
-
-
-def site_at(loaded: LoadedSite, bundle: Bundle) -> LoadedSite:
-    return dataclasses.replace(loaded, site=loaded.site.model_copy(
-        update={"software": software_at(loaded, bundle)}))
 
 
 def _site_rules(loaded: LoadedSite, bundle: Bundle, nvswitch: bool,
@@ -247,7 +184,7 @@ def _site_rules(loaded: LoadedSite, bundle: Bundle, nvswitch: bool,
 
     software_checks.check(site_at(loaded, bundle), emit)
     site_drv = loaded.site.software.nvidia_driver
-    at = _bundle_driver(loaded.site.software, bundle)
+    at = bundle_driver(loaded.site.software, bundle)
     if site_drv is not None and at.kernel_flavour != site_drv.kernel_flavour:
         out.append(Refusal(
             "kernel-flavour-change", f"the bundle names kernel flavour "
@@ -359,7 +296,7 @@ def make_plan(loaded: LoadedSite, hosts: Sequence[HostPlan], target: Bundle,
         changed = tuple(c for c in components_on(hp, loaded) if old.get(c) != new.get(c))
         for c in changed:
             per_comp.setdefault((c, old.get(c), new.get(c)), []).append(hp.hostname)
-        if ((was := _modules(hp, old)) != (now := _modules(hp, new)) and now
+        if ((was := modules_at(hp, old)) != (now := modules_at(hp, new)) and now
                 and new.get("kernel_modules") == "auto"):  # named in the bundle: its row says
             flavour_moves.setdefault(f"{was} to {now}", []).append(hp.hostname)
             changed += ("kernel_modules",) if "kernel_modules" not in changed else ()

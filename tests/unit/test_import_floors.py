@@ -14,11 +14,13 @@ FLOORS: dict[int, tuple[str, ...]] = {
     0: ("errors", "fanout", "lazy", "lifecycle", "pids", "resources", "outdir"),
     1: ("inventory", "power", "roce", "payload", "sources", "statedir", "profile",
         "credentials", "secrets"),
-    2: ("state", "state_backup", "state_errors", "state_lease", "state_schema"),
+    2: ("state", "state_backup", "state_errors", "state_lease", "state_schema",
+        "state_sqlite"),
     3: ("bmc", "switches", "kube", "ssh", "execution", "runner", "render", "fabric", "boot",
         "leftovers"),
     4: ("workflows", "upgrade", "discover", "report"),
-    5: ("results", "console", "console_state", "console_plain", "console_discover"),
+    5: ("results", "console", "console_state", "console_plain", "console_discover",
+        "console_up"),
     6: ("cli", "lab"),  # the lab sits beside the CLI: only cli/ may import it
 }
 FLOOR = {name: floor for floor, names in FLOORS.items() for name in names}
