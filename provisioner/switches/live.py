@@ -1,6 +1,8 @@
 """`fabric check --live`, the gathering: each switch's running config over its driver (the
-same netmiko edge as diff/push), each host's `mlnx_qos -i <nic>` over SSH with the site's
-login (workflows/steps/guard.py: same key, same host-key policy), then fabric/live.py.
+same netmiko edge as diff/push), each host's link MTU (/sys/class/net/<nic>/mtu) and
+`mlnx_qos -i <nic>` over SSH with the site's login (workflows/steps/guard.py: same key, same
+host-key policy), then fabric/live.py. The MTU is the host's own, read whether or not
+mlnx_qos is there: a RoCE NIC left at 1500 against a 9216 port is the commonest fault.
 
 Read-only: nothing is sent to a switch but its `show` command. Switches and hosts are read
 on the engine's fan-out; one that cannot be read is reported, the others go on.
@@ -79,12 +81,12 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
     login = login_for(loaded, prof)
     eps = endpoints(loaded.site, loaded.catalog)
 
-    def read_host(key: str) -> HostQos | str:
+    def read_host(key: str) -> HostRead | str:
         host, nic = key.split(" ", 1)
         address = ansible_host(eps[host].node) if host in eps else None
         if address is None:
             return "no management address"
-        return _mlnx_qos(address, login, nic, timeout_s)
+        return _read_host(address, login, host, nic, timeout_s)
 
     host_keys = sorted({f"{lk.node} {lk.nic}" for lk in links if lk.switch in specs})
     sw = {d.key: d.value if d.value is not None else f"no answer ({d.error or 'timeout'})"
@@ -94,36 +96,94 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
     policy = roce.policy(loaded.site.software.roce)
     found: list[Mismatch] = []
     unknown = [Unverifiable("switch", k, v) for k, v in sw.items() if isinstance(v, str)]
-    unknown += [Unverifiable("host", k, v) for k, v in hq.items() if isinstance(v, str)]
+    for k, v in hq.items():
+        why = v if isinstance(v, str) else v.qos if isinstance(v.qos, str) else None
+        if why is not None:
+            unknown.append(Unverifiable("host", k, why))
     count = 0
     for lk in links:
         s, h = sw.get(lk.switch), hq.get(f"{lk.node} {lk.nic}")
-        if isinstance(s, SwitchQos) and isinstance(h, HostQos):
+        if not isinstance(h, HostRead):
+            continue
+        qos = s if isinstance(s, SwitchQos) else None
+        found += mtu_mismatches(lk.node, lk.nic, h.mtu_bytes, lk.host_mtu_bytes, lk.switch,
+                                lk.switch_port, lk.switch_mtu_bytes, qos)
+        if qos is not None and isinstance(h.qos, HostQos):
             count += 1
-            found += compare_live(policy, lk.node, lk.nic, lk.host_mtu_bytes, h, lk.switch,
-                                  lk.switch_port, s)
+            found += [m for m in compare_live(policy, lk.node, lk.nic, h.mtu_bytes, h.qos,
+                                              lk.switch, lk.switch_port, qos)
+                      if m.what != "mtu"]  # the MTU: mtu_mismatches, with both ends read
     return LiveReport(count, tuple(found), tuple(unknown),
                       tuple(standins.notes(loaded, switches, lab=prof.lab, live=True)))
 
 
-def _mlnx_qos(address: str, login: Login, nic: str, timeout_s: float) -> HostQos | str:
+@dataclass(frozen=True, slots=True)
+class HostRead:
+    """One host NIC as read: its link MTU, and its QoS or why that could not be read."""
+
+    mtu_bytes: int
+    qos: HostQos | str
+
+
+NO_NIC = 3  # the script's exit status when the interface does not exist
+
+
+def host_script(nic: str) -> str:
+    """The MTU first (sysfs, every Linux), then mlnx_qos where it is installed."""
+    q = shlex.quote(nic)
+    return (f"cat /sys/class/net/{q}/mtu 2>/dev/null || exit {NO_NIC}; "
+            f"command -v mlnx_qos >/dev/null || exit 127; mlnx_qos -i {q}")
+
+
+def parse_host_read(host: str, nic: str, text: str, code: int) -> HostRead | str:
+    """What host_script printed and its exit status, as a HostRead or why not."""
+    if code == NO_NIC:
+        return f"{host} has no interface {nic} (/sys/class/net/{nic})"
+    first, _, rest = text.partition("\n")
+    if not first.strip().isdigit():
+        return f"{host} {nic}: no MTU in /sys/class/net/{nic}/mtu"
+    mtu = int(first.strip())
+    if code == 127:
+        return HostRead(mtu, "mlnx_qos is not installed (no MLNX_OFED/DOCA tools): QoS not "
+                             "verifiable")
+    if code != 0:
+        return HostRead(mtu, f"`mlnx_qos -i {nic}` failed (exit {code})")
+    try:
+        return HostRead(mtu, parse_mlnx_qos(rest))
+    except ValueError as exc:
+        return HostRead(mtu, str(exc))
+
+
+def mtu_mismatches(host: str, nic: str, host_mtu_bytes: int, declared_mtu_bytes: int,
+                   switch: str, port: str, inventory_port_mtu_bytes: int,
+                   qos: SwitchQos | None) -> list[Mismatch]:
+    """The host's own MTU against the switch port's (read back where the switch could be
+    read, else the inventory's, said so) and against what the inventory declares: RDMA's
+    active MTU follows the smaller end, so a host left at 1500 runs RoCE at 1024."""
+    read = qos.port_mtu_bytes.get(port) if qos is not None else None
+    port_mtu = read if read is not None else inventory_port_mtu_bytes
+    where = "" if read is not None else " (inventory; not read from the switch)"
+    found = []
+    if host_mtu_bytes > port_mtu:
+        found.append(Mismatch(host, nic, switch, port, "mtu", f"{host_mtu_bytes} (read)",
+                              f"{port_mtu}{where}: frames above it are dropped"))
+    if host_mtu_bytes < declared_mtu_bytes:
+        found.append(Mismatch(host, nic, switch, port, "mtu",
+                              f"{host_mtu_bytes} (read; the inventory declares "
+                              f"{declared_mtu_bytes})", f"{port_mtu}{where}"))
+    return found
+
+
+def _read_host(address: str, login: Login, host: str, nic: str,
+               timeout_s: float) -> HostRead | str:
     client = paramiko.SSHClient()
     try:
         connect(client, address, login, timeout_s)  # the site's known_hosts, as the guard
-        cmd = (f"command -v mlnx_qos >/dev/null || exit 127; "
-               f"mlnx_qos -i {shlex.quote(nic)}")
-        _, stdout, _ = client.exec_command(cmd, timeout=timeout_s)
+        _, stdout, _ = client.exec_command(host_script(nic), timeout=timeout_s)
         text = stdout.read(65536).decode(errors="replace")
         code = stdout.channel.recv_exit_status()
     except (paramiko.SSHException, OSError, EOFError) as exc:
         return f"cannot log in on {address} ({type(exc).__name__}: {str(exc)[:120]})"
     finally:
         client.close()
-    if code == 127:
-        return "mlnx_qos is not installed (no MLNX_OFED/DOCA tools): not verifiable"
-    if code != 0:
-        return f"`mlnx_qos -i {nic}` failed (exit {code})"
-    try:
-        return parse_mlnx_qos(text)
-    except ValueError as exc:
-        return str(exc)
+    return parse_host_read(host, nic, text, code)
