@@ -21,7 +21,7 @@ from provisioner.fabric.ios import IosRenderer
 from provisioner.fabric.nvue import NvueRenderer
 from provisioner.fabric.onyx import OnyxRenderer
 from provisioner.fabric.sonic import SonicRenderer
-from provisioner.inventory.cabling import endpoints, is_switch, resolve
+from provisioner.inventory.cabling import Endpoint, endpoints, is_switch, parse_port, resolve
 from provisioner.inventory.loader import LoadedSite
 
 __all__ = ["RENDERERS", "Mismatch", "PortSpec", "RenderedSwitch", "SwitchQos",
@@ -40,20 +40,35 @@ class RenderedSwitch:
     text: str
 
 
+def _breakout(ep: Endpoint | None, port: str) -> int | None:
+    """The ways a sub-port's parent is split (swp1s0 of an SN5600's 2x400G 800G port: 2), read
+    from the switch block's catalog as `validate` reads it (inventory/fabric_checks._ports:
+    the largest of the block's `breakout`, the ways its sub-port speed is worked out by).
+    None for a whole port, a switch without management, or a block that lists no breakout."""
+    if ep is None or ep.node.management is None or not ep.block.nics:
+        return None
+    name = parse_port(ep.node.management.os, port)
+    ways = ep.block.nics[0].breakout
+    return max(ways) if name is not None and name.sub is not None and ways else None
+
+
 def switch_specs(loaded: LoadedSite, nodes: Collection[str] | None = None) -> list[SwitchSpec]:
     """One spec per managed switch that has cabled ports, in placement order. With `nodes`,
     only the ports cabled to those nodes (no uplink): what adding them needs."""
     site = loaded.site
+    eps = endpoints(site, loaded.catalog)
     ports: dict[str, list[PortSpec]] = {}
     for link in resolve(site, loaded.catalog):
         if nodes is None or link.node in nodes:
             ports.setdefault(link.switch, []).append(
-                PortSpec(link.switch_port, f"{link.node} {link.nic}", link.switch_mtu_bytes))
+                PortSpec(link.switch_port, f"{link.node} {link.nic}", link.switch_mtu_bytes,
+                         _breakout(eps.get(link.switch), link.switch_port)))
     for up in site.cabling.uplinks if nodes is None else ():
         ports.setdefault(up.switch, []).append(
-            PortSpec(up.switch_port, "uplink", site.cabling.switch_mtu_bytes))
+            PortSpec(up.switch_port, "uplink", site.cabling.switch_mtu_bytes,
+                     _breakout(eps.get(up.switch), up.switch_port)))
     specs = []
-    for name, ep in endpoints(site, loaded.catalog).items():
+    for name, ep in eps.items():
         if not is_switch(ep) or name not in ports or ep.node.management is None:
             continue
         nos = ep.node.management.os

@@ -22,6 +22,9 @@ class PortSpec:
     name: str  # as written in the inventory (swp1s0, Eth1/1, Ethernet8)
     description: str
     mtu_bytes: int
+    # A breakout sub-port (swp1s0): the ways its parent port is split, from the switch
+    # block's catalog `breakout` (fabric.switch_specs); None for a whole port, or unknown.
+    breakout: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

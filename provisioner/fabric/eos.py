@@ -1,5 +1,6 @@
-"""Arista EOS CLI: DSCP -> traffic-class map, per-port trust, PFC no-drop, and ECN on the
-switch's queue form (tx-queue or uc-tx-queue: SwitchAccess.eos_queue)."""
+"""Arista EOS CLI: DSCP -> traffic-class map, per-port trust, PFC no-drop, the queue
+scheduling (the RoCE and default queues round-robin with their shares, CNP's strict above
+them) and ECN, on the switch's queue form (tx-queue or uc-tx-queue: SwitchAccess.eos_queue)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import re
 from dataclasses import replace
 
 from provisioner.fabric.base import (
-    PortSpec,
     SwitchQos,
     SwitchSpec,
     can_express,
@@ -30,7 +30,7 @@ class EosRenderer:
 
     def render(self, spec: SwitchSpec) -> str:
         require_expressible(spec)
-        ports = tuple(PortSpec(p.name, p.description, min(p.mtu_bytes, EOS_MAX_MTU_BYTES))
+        ports = tuple(replace(p, mtu_bytes=min(p.mtu_bytes, EOS_MAX_MTU_BYTES))
                       for p in spec.ports)
         return template("eos", "eos.cfg.j2").render(spec=replace(spec, ports=ports))
 

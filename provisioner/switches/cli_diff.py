@@ -66,11 +66,25 @@ def undo(applied: Sequence[str], desired_paths: Sequence[Path], running: str) ->
     for p in reversed(desired_paths):
         if p[-1] not in applied_set or p in have:
             continue
-        parent, word = p[:-1], p[-1].split()[0]
+        parent, leaf = p[:-1], p[-1]
+        # a line that is itself a `no X` (EOS `no priority`) is undone by X as it was
+        positive = leaf[3:] if leaf.startswith("no ") else None
+        word = (positive or leaf).split()[0]
         before = [h for h in have if parent and p not in headers
                   and h[:-1] == parent and h[-1].split()[0] == word]
-        todo.append(before[0] if before else (*parent, f"no {p[-1]}"))
+        if before:
+            todo.append(before[0])
+        elif positive is not None:
+            todo.append((*parent, RESTORE.get(leaf, positive)))
+        else:
+            todo.append((*parent, f"no {leaf}"))
     return commands(todo)
+
+
+# The setting a `no ...` line replaced where the running config shows no line for it (a
+# default): EOS tx-queues are strict priority unless `no priority` makes them round-robin
+# (Arista EOS User Manual, "Quality of Service": priority (tx-queue)).
+RESTORE = {"no priority": "priority strict"}
 
 
 def shape(line: str) -> str:

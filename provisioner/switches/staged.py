@@ -63,10 +63,15 @@ class Flavor:
     payload: Callable[[str, str], str]  # (desired, running) -> the file to send
 
 
+EMPTY = "{}"  # an empty mapping is a setting too: NVUE's `breakout: {2x: {}}`
+
+
 def _flatten(node: Any, at: str, out: Leaves) -> None:
-    if isinstance(node, dict):
+    if isinstance(node, dict) and node:
         for k, v in node.items():
             _flatten(v, f"{at}/{k}", out)
+    elif isinstance(node, dict):
+        out[at] = EMPTY
     elif isinstance(node, bool):
         out[at] = "on" if node else "off"  # NVUE prints on/off; YAML 1.1 reads them as bools
     else:
@@ -131,7 +136,14 @@ FLAVORS: dict[str, Flavor] = {
 def missing(flavor: Flavor, desired: str, running: str) -> list[str]:
     """Desired settings the running config lacks or holds with another value."""
     have = flavor.leaves(running)
-    return [p for p, v in flavor.leaves(desired).items() if have.get(p) != v]
+    return [p for p, v in flavor.leaves(desired).items()
+            if have.get(p) != v and not (v == EMPTY and _below(p, have))]
+
+
+def _below(path: str, have: Leaves) -> bool:
+    """Whether the running config has something under `path` (the switch filled in what an
+    empty mapping leaves to its defaults, as `lanes-per-port` under a breakout mode)."""
+    return any(p.startswith(path + "/") for p in have)
 
 
 class _Failed(Exception):

@@ -73,6 +73,24 @@ def test_undo_restores_or_negates() -> None:
         "no logging host 10.0.0.1", "interface Gi0/1", "no mtu 9000", "description old"]
 
 
+def test_undo_of_a_no_line_puts_the_setting_back() -> None:
+    """An EOS tx-queue's `no priority` (round-robin) is undone by `priority strict`, the
+    default the running config does not show, or by the line that was there; never by
+    `no no priority`."""
+    running = "interface Ethernet1\n   tx-queue 3\n      bandwidth percent 20\n"
+    desired = ("interface Ethernet1\n   tx-queue 3\n      no priority\n"
+               "      bandwidth percent 50\n")
+    todo = cli_diff.missing(desired, running)
+    applied = cli_diff.commands(todo)
+    undo = cli_diff.undo(applied, todo, running)
+    assert "no no priority" not in undo
+    assert undo == ["interface Ethernet1", "tx-queue 3", "bandwidth percent 20",
+                    "priority strict"]
+    shown = running + "      priority weighted\n"  # a line for it there: that one comes back
+    assert "priority weighted" in cli_diff.undo(applied, cli_diff.missing(desired, shown),
+                                                shown)
+
+
 def test_push_refuses_a_miscabled_site_before_connecting(tmp_path: Path) -> None:
     site = _site(tmp_path, '"swp{n}s0"', '"swp{n}s7"', name="site.yaml")
     result = runner.invoke(app, ["fabric", "push", str(site)])

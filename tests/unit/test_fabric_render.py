@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import jsonpatch
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +26,7 @@ from provisioner.errors import RenderError
 from provisioner.fabric.base import PortSpec, SwitchSpec, compare
 from provisioner.fabric.sonic import json_patch
 from provisioner.inventory import load
+from provisioner.inventory.cabling import parse_port
 from provisioner.inventory.models import Roce
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,10 +41,17 @@ PORTS = {
 QOS_OSES = ("cumulus", "onyx", "sonic", "eos")
 
 
+def _port(nos: str, name: str, description: str, mtu: int) -> PortSpec:
+    """A sub-port (swp1s0, Eth1/1/1, Ethernet1/1) is half of a 2-way breakout, as on the
+    example site's SN5600 (catalog breakout [2])."""
+    sub = parse_port(nos, name)
+    return PortSpec(name, description, mtu, 2 if sub is not None and sub.sub is not None else None)
+
+
 def _spec(nos: str, r: Roce = Roce(), mtu: int = 9216) -> SwitchSpec:
     names = PORTS[nos]
-    ports = (PortSpec(names[0], "dgx01 roce", mtu), PortSpec(names[1], "dgx02 roce", mtu),
-             PortSpec(names[2], "uplink", mtu))
+    ports = (_port(nos, names[0], "dgx01 roce", mtu), _port(nos, names[1], "dgx02 roce", mtu),
+             _port(nos, names[2], "uplink", mtu))
     return SwitchSpec("leaf01", nos, roce.policy(r, nos, mtu_bytes=mtu), ports)  # type: ignore[arg-type]
 
 
@@ -73,6 +83,91 @@ def test_ios_dialect_cannot_carry_roce() -> None:
 def test_example_site_checks_clean() -> None:
     report = fabric.check(load(ROOT / "inventories" / "example"))
     assert report.links_checked == 2 and report.ok
+
+
+def test_example_site_breaks_out_the_ports_it_cables() -> None:
+    """The example leaf (SN5600, 800G OSFP, catalog breakout [2]) is cabled on swp1s0 and
+    swp2s0: NVUE gets swp1 and swp2 split 2x (2x400G), or on a switch not already broken
+    out the sub-ports would not exist (Cumulus 5.14 "Switch Port Attributes", Breakout)."""
+    (leaf,) = fabric.render_all(load(ROOT / "inventories" / "example"))
+    doc = yaml.safe_load(leaf.text)
+    interfaces = doc[0]["set"]["interface"]
+    assert list(interfaces) == ["swp1", "swp1s0", "swp2", "swp2s0"]
+    assert interfaces["swp1"] == {"link": {"breakout": {"2x": {}}}}
+    assert interfaces["swp2"] == {"link": {"breakout": {"2x": {}}}}
+    assert interfaces["swp1s0"] == {"description": "dgx01 roce", "link": {"mtu": 9216}}
+    qos = leaf.renderer.parse(leaf.text)  # the parent entries carry no MTU of their own
+    assert set(qos.port_mtu_bytes) == {"swp1s0", "swp2s0"}
+
+
+def _nvue(*ports: PortSpec) -> str:
+    spec = replace(_spec("cumulus"), ports=ports)
+    return fabric.RENDERERS["cumulus"].render(spec)
+
+
+def test_nvue_breakout_once_per_parent_and_none_where_unknown() -> None:
+    doc = yaml.safe_load(_nvue(PortSpec("swp3s1", "a", 9216, 4), PortSpec("swp3s0", "b", 9216, 4),
+                               PortSpec("swp5s0", "c", 9216), PortSpec("swp64", "up", 9216)))
+    interfaces = doc[0]["set"]["interface"]
+    assert list(interfaces) == ["swp3", "swp3s1", "swp3s0", "swp5s0", "swp64"]
+    assert interfaces["swp3"] == {"link": {"breakout": {"4x": {}}}}
+    assert "swp5" not in interfaces  # the block lists no breakout: nothing to set
+
+
+@pytest.mark.parametrize(("ports", "why"), [
+    ((PortSpec("swp1", "up", 9216), PortSpec("swp1s0", "a", 9216, 2)), "both whole and broken"),
+    ((PortSpec("swp1s0", "a", 9216), PortSpec("swp1", "up", 9216)), "both whole and broken"),
+    ((PortSpec("swp1s2", "a", 9216, 2),), "not a sub-port of a 2-way breakout"),
+    ((PortSpec("swp1s0", "a", 9216, 3),), "not a sub-port of a 3-way breakout"),
+    ((PortSpec("swp1s0", "a", 9216, 2), PortSpec("swp1s1", "b", 9216, 4)), "both 2x and 4x"),
+])
+def test_nvue_refuses_a_port_it_cannot_break_out(ports: tuple[PortSpec, ...], why: str) -> None:
+    """A port cabled whole and broken out at once (validate refuses it between host links,
+    not for an uplink), or a sub-port the split does not have."""
+    with pytest.raises(RenderError, match=why):
+        _nvue(*ports)
+
+
+def _queues(text: str, port: str) -> dict[int, list[str]]:
+    """EOS `tx-queue N` blocks of one port: N -> the lines under it."""
+    out: dict[int, list[str]] = {}
+    block = text[text.index(f"\ninterface {port}\n"):].split("\n!", 1)[0]
+    queue = None
+    for line in block.splitlines():
+        if line.startswith("   tx-queue "):
+            queue = int(line.split()[1])
+            out[queue] = []
+        elif line.startswith("      ") and queue is not None:
+            out[queue].append(line.strip())
+        else:
+            queue = None
+    return out
+
+
+def test_eos_cnp_queue_strict_and_roce_queue_its_share() -> None:
+    """Cumulus `qos roce` and Onyx `roce lossless` serve CNP (TC6) strict and RoCE (TC3) and
+    the default class round-robin, 50/50. EOS queues are strict by default, a higher queue
+    first; `no priority` on a queue makes it and the queues below it round-robin. So the
+    RoCE queue is the highest round-robin one, with its share, and CNP's is above it."""
+    text = fabric.RENDERERS["eos"].render(_spec("eos"))
+    for port in PORTS["eos"]:
+        q = _queues(text, port)
+        assert q[3][:2] == ["no priority", "bandwidth percent 50"]
+        assert q[0] == ["bandwidth percent 50"]
+        round_robin = max(n for n, lines in q.items() if "no priority" in lines)
+        assert round_robin == 3 < 6  # CNP's queue above every round-robin one: strict
+        assert 6 not in q  # nothing set on it: EOS's default, strict priority
+
+
+def test_eos_cnp_below_roce_keeps_every_queue_strict() -> None:
+    """CNP on priority 1 (DSCP 8), RoCE on 3: EOS cannot serve a strict queue below a
+    round-robin one, so no queue is made round-robin (CNP stays strict) and no share is set."""
+    text = fabric.RENDERERS["eos"].render(_spec("eos", Roce(cnp_dscp=8, cnp_priority=1)))
+    config = "\n".join(ln for ln in text.splitlines() if not ln.startswith("!"))
+    assert "no priority" not in config and "bandwidth percent" not in config
+    assert _queues(text, PORTS["eos"][0]) == {3: [
+        "random-detect ecn minimum-threshold 150 kbytes maximum-threshold 1500 kbytes "
+        "max-mark-probability 100"]}
 
 
 
@@ -178,12 +273,13 @@ def test_sonic_json_patch_applies_and_keeps_other_config() -> None:
 
 def test_eos_queue_command_follows_the_switch() -> None:
     """ECN goes under the queue command the switch's ASIC has (SwitchAccess.eos_queue)."""
-    from dataclasses import replace
-
     tx = fabric.RENDERERS["eos"].render(_spec("eos"))
     uc = fabric.RENDERERS["eos"].render(replace(_spec("eos"), queue="uc-tx-queue"))
-    assert "\n   tx-queue 3\n      random-detect ecn" in tx and "\n   uc-tx-queue" not in tx
-    assert "\n   uc-tx-queue 3\n      random-detect ecn" in uc
+    ecn = "      random-detect ecn minimum-threshold 150 kbytes"
+    assert f"\n   tx-queue 3\n      no priority\n      bandwidth percent 50\n{ecn}" in tx
+    assert "\n   uc-tx-queue" not in tx
+    assert f"\n   uc-tx-queue 3\n      no priority\n      bandwidth percent 50\n{ecn}" in uc
+    assert "\n   uc-tx-queue 0\n      bandwidth percent 50\n" in uc
     assert "\n   tx-queue" not in uc
 
 

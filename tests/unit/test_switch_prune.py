@@ -7,7 +7,8 @@ here (docs/fabric.md), so `Eos` below is a transcript of the documented behaviou
 small. Lines go into a `configure session` (netmiko_driver): a refused line aborts it and
 nothing is applied. A port's `mtu`, `description` and a queue's `random-detect ecn` hold one
 value each: a new one replaces the old, and `no mtu ANYTHING` clears it. A DSCP maps to one
-traffic class. PFC priorities add up, and `no LINE` removes that line.
+traffic class. PFC priorities add up, and `no LINE` removes that line, except a queue's
+`no priority` (round-robin): a setting of its own, shown in the queue's block.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ from provisioner.switches.base import ApplyResult
 from provisioner.switches.ops import _switch
 
 SINGLE = ("mtu", "description", "random-detect")  # one value per block: replaced
+SCHEDULING = ("no priority", "priority strict")  # a queue's one scheduling setting
 
 
 def _key(line: str) -> str:
     """What makes two lines one setting: a single-valued word, or a DSCP's map."""
     words = line.split()
+    if line in SCHEDULING:
+        return "priority"
     if words[0] in SINGLE:
         return words[0]
     if words[:3] == ["qos", "map", "dscp"]:
@@ -67,7 +71,9 @@ class Eos:
         for c in commands:
             if c.startswith(("interface ", "qos map ")):
                 mode = ()
-            if c.startswith("no ") and c not in self.ignore:
+            if c in SCHEDULING:
+                self._set((*mode, c))
+            elif c.startswith("no ") and c not in self.ignore:
                 self._drop(mode, c[3:])
                 if c in self.collateral:
                     self._drop(mode, self.collateral[c])

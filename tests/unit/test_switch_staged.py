@@ -351,3 +351,18 @@ def test_a_payload_that_cannot_be_written_applies_nothing() -> None:
     assert "nothing applied" in (out.error or "")
     assert not any("apply-patch" in c for c in shell.log)
     assert "sudo config delete-checkpoint provision-fabric" in shell.log
+
+
+def test_an_nvue_breakout_is_compared_even_though_its_mode_is_an_empty_mapping() -> None:
+    """`breakout: {2x: {}}` is a setting: a switch not broken out lacks it (the diff says
+    so), and one that shows the mode with its defaults filled in has it."""
+    desired = "- set:\n    interface:\n      swp1:\n        link:\n          breakout:\n" \
+              "            2x: {}\n"
+    flavor = staged.FLAVORS["cumulus"]
+    assert staged.missing(flavor, desired, "- set:\n    interface: {}\n") == [
+        "/interface/swp1/link/breakout/2x"]
+    filled = desired.replace("2x: {}", "2x:\n              lanes-per-port: 4")
+    assert staged.missing(flavor, desired, filled) == []
+    assert staged.missing(flavor, desired, desired) == []
+    other = desired.replace("2x: {}", "4x: {}")
+    assert staged.missing(flavor, desired, other) == ["/interface/swp1/link/breakout/2x"]
