@@ -36,8 +36,8 @@ from typing import Any
 
 import yaml
 
-from provisioner import statedir
 from provisioner.inventory.loader import LoadedSite
+from provisioner.state.dir import location
 
 KERNEL_HEADERS_TAG = "needs_kernel_headers"
 LAB_SKIP_TAGS: tuple[str, ...] = ("needs_gpu", "needs_cluster", "needs_nic", "needs_kernel")
@@ -75,7 +75,7 @@ def for_site(loaded: LoadedSite, *, lab: bool | None = None) -> Profile:
     for this site (its overlay is applied); real otherwise. The lab's state is a separate,
     throwaway store that goes with `provision lab down`."""
     in_lab = bool(loaded.lab_hosts) if lab is None else lab
-    base = statedir.location(loaded.base_dir.resolve())
+    base = location(loaded.base_dir.resolve())
     return Profile(lab=in_lab,
                    state_path=base / "lab" / "state.db" if in_lab else base / "state.db",
                    os_timeout_s=(LAB_OS_TIMEOUT_S if in_lab

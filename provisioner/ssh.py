@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from provisioner import lazy
 from provisioner.inventory.loader import LoadedSite
 from provisioner.profile import Profile
-from provisioner.statedir import location
+from provisioner.state.dir import location
 
 if TYPE_CHECKING:
     import paramiko  # type: ignore[import-untyped]  # no stubs; a netmiko dependency

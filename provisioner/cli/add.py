@@ -20,7 +20,7 @@ from provisioner.cli.common import (
     handle_errors,
     load_checked,
 )
-from provisioner.console_discover import add_summary
+from provisioner.console.discover import add_summary
 from provisioner.discover import add as add_mod
 from provisioner.discover import writeback
 from provisioner.errors import ConfigError, ExitCode

@@ -18,7 +18,7 @@ from provisioner.cli.common import (
     handle_errors,
     load_checked,
 )
-from provisioner.console_discover import discover_table
+from provisioner.console.discover import discover_table
 from provisioner.discover import leases as leases_mod
 from provisioner.errors import ConfigError
 from provisioner.inventory.models import Tls

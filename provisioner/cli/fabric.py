@@ -24,7 +24,7 @@ from provisioner.console import Console
 from provisioner.errors import ExitCode
 from provisioner.fabric.live import Unverifiable
 from provisioner.state import StateStore
-from provisioner.statedir import state_dir
+from provisioner.state.dir import state_dir
 from provisioner.switches import ops, standins
 
 app = typer.Typer(help="RoCE fabric: switch configs rendered, checked against hosts, pushed.",

@@ -20,7 +20,7 @@ from provisioner.cli.common import (
 from provisioner.errors import ConfigError
 from provisioner.render import pxe as pxe_mod
 from provisioner.render.autoinstall import release_for
-from provisioner.statedir import state_dir
+from provisioner.state.dir import state_dir
 
 app = typer.Typer(help="Network boot (PXE/iPXE) and unattended OS install data.",
                   no_args_is_help=True)

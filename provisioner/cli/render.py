@@ -17,7 +17,7 @@ from provisioner.cli.common import (
     load_checked,
 )
 from provisioner.errors import ConfigError
-from provisioner.statedir import state_dir
+from provisioner.state.dir import state_dir
 
 
 @handle_errors

@@ -24,7 +24,7 @@ from provisioner.errors import InventoryError
 from provisioner.inventory import load
 from provisioner.inventory.schema import site_schema
 from provisioner.inventory.valid import site_findings
-from provisioner.statedir import state_dir
+from provisioner.state.dir import state_dir
 
 OutDirOpt = Annotated[Path | None, typer.Option(
     "--out", help="Directory for index.html. Default: .provision/report next to the site; for "

@@ -19,7 +19,7 @@ from provisioner.cli.common import (
 from provisioner.errors import ExitCode
 from provisioner.profile import for_site
 from provisioner.state import open_read_only
-from provisioner.statedir import state_dir
+from provisioner.state.dir import state_dir
 from provisioner.upgrade import drift
 
 

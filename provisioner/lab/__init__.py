@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from provisioner import pids, resources, statedir
+from provisioner import pids, resources
 from provisioner.errors import ConfigError
 from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
@@ -47,6 +47,7 @@ from provisioner.lab.labstate import LabProcess as LabProcess
 from provisioner.lab.labstate import LabState as LabState
 from provisioner.lab.procs import LOOPBACK
 from provisioner.secrets import write_private
+from provisioner.state.dir import state_dir as site_state_dir
 
 LAB_USER = "admin"
 # Redfish systems per sushy-tools process. Real BMCs each have their own CPU; one Flask
@@ -57,7 +58,7 @@ LAB_CREDENTIALS = "lab-bmc"
 
 def state_dir(loaded: LoadedSite) -> Path:
     """The site's .provision/ (private, with its .gitignore): the lab lives inside it."""
-    return statedir.state_dir(loaded.base_dir.resolve())
+    return site_state_dir(loaded.base_dir.resolve())
 
 
 def lab_dir(loaded: LoadedSite) -> Path:

@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from provisioner import __version__, outdir, resources, sources, statedir
+from provisioner import __version__, outdir, resources, sources
 from provisioner import payload as payload_mod
 from provisioner import roce as roce_mod
 from provisioner.errors import RenderError
@@ -36,6 +36,7 @@ from provisioner.inventory.topology import (
 )
 from provisioner.payload import kernel_modules_for, payload_for
 from provisioner.profile import for_site
+from provisioner.state.dir import location
 
 __all__ = ["HostPlan", "Rendered", "ansible_host", "artifacts", "group_name", "host_plans",
            "kernel_modules_for", "render"]
@@ -363,7 +364,7 @@ def _render_into(loaded: LoadedSite, out: Path, lab: bool) -> Rendered:
                "skip_tags": for_site(loaded, lab=lab).skip_tags,
                "servers": len(servers), "groups": groups_,
                # the host keys `pxe render` generated into the nodes' autoinstall data
-               "known_hosts": (statedir.location(loaded.base_dir) / "known_hosts").resolve(),
+               "known_hosts": (location(loaded.base_dir) / "known_hosts").resolve(),
                # every lab uses the same addresses: a lab's own SSH multiplexing sockets, so
                # that a connection kept open (ControlPersist) never reaches another lab's host
                "control_tag": hashlib.sha1(  # noqa: S324 - a name, not security

@@ -217,7 +217,7 @@ def test_an_imex_node_names_its_domain_peers_to_refresh(tmp_path: Path,
     them. A block without IMEX names none."""
     from provisioner import results
     from provisioner.console import Console
-    from provisioner.console_discover import add_summary
+    from provisioner.console.discover import add_summary
 
     text = (FIXTURES / "sites" / "gb200.yaml").read_text()
     (tmp_path / "site.yaml").write_text(text.replace(  # installed nodes need a login

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console as RichConsole
 
-from provisioner.console_plain import PlainProgress
+from provisioner.console.plain import PlainProgress
 from provisioner.runner import started_event
 from provisioner.workflows.engine import Progress
 

@@ -9,18 +9,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "provisioner"
 
-# Lowest first. A package or top-level module of provisioner/ -> its floor.
+# Lowest first. A package or top-level module of provisioner/ -> its floor; a module of a
+# package that sits below the package itself is named with its package ("state.dir").
 FLOORS: dict[int, tuple[str, ...]] = {
     0: ("errors", "fanout", "lazy", "lifecycle", "pids", "resources", "outdir"),
-    1: ("inventory", "power", "roce", "payload", "sources", "statedir", "profile",
+    1: ("inventory", "power", "roce", "payload", "sources", "state.dir", "profile",
         "credentials", "secrets"),
-    2: ("state", "state_backup", "state_errors", "state_lease", "state_schema",
-        "state_sqlite"),
+    2: ("state",),
     3: ("bmc", "switches", "kube", "ssh", "execution", "runner", "render", "fabric", "boot",
         "leftovers"),
     4: ("workflows", "upgrade", "discover", "report"),
-    5: ("results", "console", "console_state", "console_plain", "console_discover",
-        "console_up"),
+    5: ("results", "console"),
     6: ("cli", "lab"),  # the lab sits beside the CLI: only cli/ may import it
 }
 FLOOR = {name: floor for floor, names in FLOORS.items() for name in names}
@@ -37,6 +36,8 @@ KNOWN = {
 
 def _part(module: str) -> str:
     parts = module.split(".")
+    if ".".join(parts[1:3]) in FLOOR:  # a module with a floor of its own (state.dir)
+        return ".".join(parts[1:3])
     return parts[1] if len(parts) > 1 else ""
 
 

@@ -14,7 +14,7 @@ from provisioner.cli import app
 from provisioner.inventory import check, load
 from provisioner.secrets import write_private
 from provisioner.state import StateStore
-from provisioner.statedir import state_dir
+from provisioner.state.dir import state_dir
 from tests.conftest import FIXTURES, requires_git
 
 VALID = (FIXTURES / "valid_small.yaml").read_text()

@@ -24,7 +24,7 @@ from provisioner.errors import ExitCode, StateError
 from provisioner.inventory.loader import load
 from provisioner.lifecycle import Phase
 from provisioner.state import KEEP_BACKUPS, StateStore, backup_dir, backups, open_read_only
-from provisioner.statedir import GITIGNORE, ensure_private_dir
+from provisioner.state.dir import GITIGNORE, ensure_private_dir
 from provisioner.workflows import report
 from tests.conftest import EXAMPLE
 

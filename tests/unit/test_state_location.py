@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from provisioner import profile, resources, statedir
+from provisioner import profile, resources
 from provisioner.cli import app
 from provisioner.errors import InventoryError
 from provisioner.inventory import load
 from provisioner.render import render
+from provisioner.state.dir import location, state_dir
 from tests.conftest import EXAMPLE
 
 runner = CliRunner()
@@ -42,8 +43,8 @@ def _written_into(package: Path) -> list[Path]:
 def test_state_of_the_shipped_example_is_in_the_current_directory(shipped) -> None:
     package, site, cwd = shipped
     assert resources.is_shipped(site)
-    assert statedir.location(site) == cwd / ".provision"
-    assert statedir.state_dir(site) == cwd / ".provision"
+    assert location(site) == cwd / ".provision"
+    assert state_dir(site) == cwd / ".provision"
     assert profile.for_site(load(site)).state_path == cwd.resolve() / ".provision" / "state.db"
     assert profile.for_site(load(site), lab=True).state_path.is_relative_to(cwd.resolve())
     assert _written_into(package) == []
@@ -54,7 +55,7 @@ def test_a_site_of_ones_own_keeps_its_state_beside_it(tmp_path, monkeypatch) -> 
     shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
     monkeypatch.chdir(tmp_path)
     assert not resources.is_shipped(site)
-    assert statedir.state_dir(site) == site / ".provision"
+    assert state_dir(site) == site / ".provision"
     assert profile.for_site(load(site)).state_path == site.resolve() / ".provision" / "state.db"
 
 

@@ -175,7 +175,7 @@ class SlowInstaller(Recorder):
             # alive for it. Its stale limit lies between the beat's age and the run's age.
             now = time.time()
             stale_s = ((now - self.started_at) + (now - self.beats[-1])) / 2
-            with mock.patch("provisioner.state_lease.socket.gethostname",
+            with mock.patch("provisioner.state.lease.socket.gethostname",
                             return_value="ci-runner-elsewhere"):
                 try:
                     with self.store.lease("upgrade apply (elsewhere)", stale_after_s=stale_s):

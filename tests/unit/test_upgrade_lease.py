@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import state_lease
 from provisioner.errors import StateError
 from provisioner.state import StateStore
+from provisioner.state.lease import identity
 from tests.conftest import ROOT
 
 HOLDER = """
@@ -95,7 +95,7 @@ def test_a_reused_pid_is_not_a_live_holder(tmp_path: Path) -> None:
     namespace, another start time, so it is gone, taken over at once."""
     db = tmp_path / "state.db"
     store = StateStore(db)
-    boot, pidns, ticks = state_lease.identity().split("/")
+    boot, pidns, ticks = identity().split("/")
     _held(db, pid=os.getpid(), holder=f"{boot}/{pidns}/{int(ticks) - 1}", heartbeat_age_s=1)
     with store.lease("x") as notes:
         assert "its process is gone" in notes[0]
@@ -106,7 +106,7 @@ def test_a_holder_this_process_cannot_see_is_judged_by_its_heartbeat(tmp_path: P
     its PID means nothing here, so a recent heartbeat keeps it, however its PID looks."""
     db = tmp_path / "state.db"
     store = StateStore(db)
-    boot = state_lease.identity().split("/")[0]
+    boot = identity().split("/")[0]
     _held(db, pid=999_999_999, holder=f"{boot}/1/1", heartbeat_age_s=5)
     with pytest.raises(StateError, match="held by `upgrade apply`"), store.lease("x"):
         pass

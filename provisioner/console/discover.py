@@ -1,4 +1,4 @@
-"""Terminal output of `provision discover` and `provision add` (kept out of console.py,
+"""Terminal output of `provision discover` and `provision add` (kept out of console/__init__.py,
 which holds the other commands' tables)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The state store's SQLite schema, one migration per version (state.py applies them in
+"""The state store's SQLite schema, one migration per version (sqlite.py applies them in
 order and records the version in PRAGMA user_version)."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ MIGRATIONS: dict[int, str] = {
         heartbeat_at REAL NOT NULL
     );
     """,
-    # Who holds the lease, exactly (state_lease.identity): boot id, PID namespace and the
+    # Who holds the lease, exactly (lease.identity): boot id, PID namespace and the
     # process's start time, so a reused PID is never taken for a live holder.
     3: """
     ALTER TABLE lease ADD COLUMN holder TEXT NOT NULL DEFAULT '';

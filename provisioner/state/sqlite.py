@@ -1,7 +1,7 @@
-"""The state store's SQLite file, kept apart from its queries (state.py) to keep each module
+"""The state store's SQLite file, kept apart from its queries (__init__.py) to keep each module
 short: opened read-write (created 0600, WAL mode, the schema migrated under the write lock)
 or read-only (mode=ro; immutable on read-only media when no WAL content is left), a
-connection per call whose SQLite failures say what they mean (state_errors.py), and
+connection per call whose SQLite failures say what they mean (errors.py), and
 transactions that roll back without hiding the first error."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-from provisioner import state_backup, state_errors
 from provisioner.errors import StateError
-from provisioner.state_backup import backups
-from provisioner.state_schema import MIGRATIONS, SCHEMA_VERSION, statements
-from provisioner.statedir import ensure_parent
+from provisioner.state.backup import backups, immutable_uri
+from provisioner.state.dir import ensure_parent
+from provisioner.state.errors import gone, read_only_media, translate
+from provisioner.state.schema import MIGRATIONS, SCHEMA_VERSION, statements
 
 __all__ = ["StateFile", "empty", "rollback"]
 
@@ -37,7 +37,7 @@ class StateFile:
                 self._open_read_only()
                 return
             if empty(path) and (kept := backups(path)):
-                raise state_errors.gone(path, kept[0].path)  # never start a new one over it
+                raise gone(path, kept[0].path)  # never start a new one over it
             ensure_parent(path)  # .provision/: 0700, with a .gitignore of '*'
             if not path.exists():
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
@@ -48,16 +48,16 @@ class StateFile:
                 with contextlib.suppress(FileNotFoundError):
                     Path(str(path) + suffix).chmod(0o600)
         except (OSError, sqlite3.Error) as exc:
-            raise state_errors.translate(exc, path) from exc
+            raise translate(exc, path) from exc
 
     def _open_read_only(self) -> None:
         """mode=ro; on read-only media, where SQLite cannot make the WAL index beside a
         WAL database, immutable=1 when no WAL content is left (nobody can write there)."""
         wal = Path(f"{self.path}-wal")
         wal_b = wal.stat().st_size if wal.exists() else 0
-        media_ro = state_errors.read_only_media(self.path)
+        media_ro = read_only_media(self.path)
         if media_ro and wal_b == 0:
-            self._uri = state_backup.immutable_uri(self.path)
+            self._uri = immutable_uri(self.path)
         try:
             with self._sqlite() as db:
                 current = db.execute("PRAGMA user_version").fetchone()[0]
@@ -110,7 +110,7 @@ class StateFile:
             with self._sqlite() as db:
                 yield db
         except sqlite3.Error as exc:
-            raise state_errors.translate(exc, self.path) from exc
+            raise translate(exc, self.path) from exc
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

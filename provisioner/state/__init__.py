@@ -24,12 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provisioner import state_backup, state_errors, state_lease
 from provisioner.errors import StateError, redact
 from provisioner.lifecycle import LIFECYCLE, Phase, allowed, next_phase
-from provisioner.state_backup import KEEP_BACKUPS, Backup, backup_dir, backups
-from provisioner.state_schema import SCHEMA_VERSION
-from provisioner.state_sqlite import StateFile, empty
+from provisioner.state.backup import KEEP_BACKUPS, Backup, backup_dir, backups
+from provisioner.state.backup import take as take_backup
+from provisioner.state.errors import gone, translate
+from provisioner.state.lease import hold as hold_lease
+from provisioner.state.lease import read as read_lease
+from provisioner.state.schema import SCHEMA_VERSION
+from provisioner.state.sqlite import StateFile, empty
 
 __all__ = ["KEEP_BACKUPS", "LIFECYCLE", "SCHEMA_VERSION", "Backup", "Event", "NodeState",
            "Phase", "StateStore", "backup_dir", "backups", "next_phase", "open_read_only"]
@@ -62,18 +65,18 @@ class StateStore(StateFile):
     `read_only`: for commands that only look (status, plan, report): the file is opened
     with SQLite's mode=ro and nothing is created, migrated or written, so a store on
     read-only media still reads; every SQLite failure is a StateError saying what it means
-    (state_errors.py), never SQLite's own words alone. Opening, connections and
-    transactions: state_sqlite.StateFile."""
+    (state/errors.py), never SQLite's own words alone. Opening, connections and
+    transactions: state/sqlite.py, StateFile."""
 
     # -------------------------------------------------------- runs
 
     def backup(self, keep: int = KEEP_BACKUPS) -> Path:
-        """A consistent, checked copy of the whole store before a run (state_backup.take);
+        """A consistent, checked copy of the whole store before a run (backup.take);
         a failed one leaves nothing behind and no run starts."""
         try:
-            return state_backup.take(self._sqlite, self.path, keep)
+            return take_backup(self._sqlite, self.path, keep)
         except (OSError, sqlite3.Error) as exc:
-            raise state_errors.translate(
+            raise translate(
                 exc, self.path, f"cannot back up the state store {self.path} (no run starts "
                 "without a backup)") from exc
 
@@ -125,7 +128,7 @@ class StateStore(StateFile):
         try:
             fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
         except OSError as exc:
-            raise state_errors.translate(exc, self.path, what) from exc
+            raise translate(exc, self.path, what) from exc
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -138,7 +141,7 @@ class StateStore(StateFile):
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, str(os.getpid()).encode(), 0)
             except OSError as exc:  # a full disk: not even the holder's pid fits
-                raise state_errors.translate(exc, self.path, what) from exc
+                raise translate(exc, self.path, what) from exc
             yield
         finally:
             os.close(fd)  # releases the lock; the kernel also releases it if we are killed
@@ -146,13 +149,13 @@ class StateStore(StateFile):
     def lease(self, command: str, *, stale_after_s: float = 600.0,
               heartbeat_s: float = 30.0, on_lost: Callable[[], None] | None = None
               ) -> AbstractContextManager[list[str]]:
-        """The site lease (state_lease.py): one changing run per site, across machines
+        """The site lease (state/lease.py): one changing run per site, across machines
         sharing the state; a stale one is taken over and said so (the notes yielded)."""
-        return state_lease.hold(self._tx, command, stale_after_s=stale_after_s,
-                                heartbeat_s=heartbeat_s, on_lost=on_lost)
+        return hold_lease(self._tx, command, stale_after_s=stale_after_s,
+                          heartbeat_s=heartbeat_s, on_lost=on_lost)
 
     def lease_holder(self) -> dict[str, Any] | None:
-        return state_lease.read(self._connect)
+        return read_lease(self._connect)
 
     # -------------------------------------------------------- nodes
 
@@ -289,7 +292,7 @@ def open_read_only(path: Path) -> StateStore | None:
     and a StateError when it is gone but its backups are there (deleted, not never made)."""
     if empty(path):
         if kept := backups(path):
-            raise state_errors.gone(path, kept[0].path)
+            raise gone(path, kept[0].path)
         return None
     return StateStore(path, read_only=True)
 

@@ -20,8 +20,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from provisioner.console_state import StateViews
-from provisioner.console_up import UpViews
+from provisioner.console.state import StateViews
+from provisioner.console.up import UpViews
 from provisioner.errors import ProvisionerError, redact
 from provisioner.inventory.findings import Finding, Severity
 from provisioner.inventory.models import BlockType

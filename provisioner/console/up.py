@@ -16,8 +16,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from provisioner import results
-from provisioner.console_plain import PlainProgress, ticking
-from provisioner.console_state import PHASE_COLOR
+from provisioner.console.plain import PlainProgress, ticking
+from provisioner.console.state import PHASE_COLOR
 from provisioner.errors import redact
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from provisioner.errors import StateError
 KEEP_BACKUPS = 5  # complete copies of the state store kept, one per run, newest first
 PARTIAL = ".partial"  # a copy being written; never listed
 HEADER = b"SQLite format 3\x00"
-TABLES = frozenset({"nodes", "runs", "events"})  # the schema's first version (state_schema)
+TABLES = frozenset({"nodes", "runs", "events"})  # the schema's first version (schema.py)
 
 
 @dataclass(frozen=True)

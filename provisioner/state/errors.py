@@ -17,7 +17,7 @@ from pathlib import Path
 from shlex import quote
 
 from provisioner.errors import StateError
-from provisioner.state_backup import backup_dir, restore_hint
+from provisioner.state.backup import backup_dir, restore_hint
 
 # SQLite's primary result codes (the low byte of an extended code)
 SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR = 5, 6, 8, 10
