@@ -177,14 +177,11 @@ def test_end_to_end_every_node_ready_then_nothing_to_do(site_lab):
     assert all(n.bmc is not None and n.bmc.power == "on" for n in plan2.nodes)
 
 
-def test_site_yml_again_changes_nothing(site_lab):
-    """The roles converged by the end-to-end run: site.yml run again (through the runner,
-    as `provision run --lab` runs it) changes nothing on any host."""
-    site_run_flow.site_runs_again_and_changes_nothing(site_lab)
-
-
-def test_a_failing_task_on_one_host_leaves_the_others_finished(site_lab):
-    site_run_flow.a_failing_task_on_one_host_leaves_the_others_finished(site_lab)
+def test_site_yml_again_changes_nothing_and_a_failing_host_leaves_the_others_finished(
+        site_lab):
+    """The roles converged by the end-to-end run: site.yml run again changes nothing on any
+    host, and one host broken by hand fails alone (site_run_flow, one run for both)."""
+    site_run_flow.runs_again_changing_nothing_but_a_broken_host_fails_alone(site_lab)
 
 
 def test_a_kernel_without_headers_in_the_archive_stops_with_the_reason(site_lab):
