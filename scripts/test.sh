@@ -25,6 +25,9 @@ echo "== pytest (integration: the SSH lab's tests; beside them, those that start
 beside=$(mktemp -d /tmp/pytest-beside.XXXXXX)
 pytest tests/integration -m beside_the_lab -p no:cacheprovider --basetemp "$beside/tmp" "$@" \
   >"$beside/out.log" 2>&1 & beside_pid=$!
+# stopped early (Ctrl-C, a CI timeout): the second pytest is interrupted too, so that its
+# fixtures stop the peers it started; after `wait` below it is gone and this does nothing
+trap 'kill -INT "$beside_pid" 2>/dev/null || true' EXIT
 pytest tests/integration -m "not beside_the_lab" "$@" || { r=$?; ((rc)) || rc=$r; }
 wait "$beside_pid" || { r=$?; ((rc)) || rc=$r; }
 echo "== pytest (integration, beside the lab: $beside)"; cat "$beside/out.log"
