@@ -29,9 +29,9 @@ from provisioner.errors import ConfigError, ExitCode
 from provisioner.results import dump
 from provisioner.results.upgrade import UpgradeNode, plan_report, upgrade_report
 from provisioner.secrets import Secret
-from provisioner.upgrade import apply as apply_mod
 from provisioner.upgrade.plan import PlanOptions
-from provisioner.upgrade.rolling import DrainOptions
+from provisioner.workflows.upgrade import apply as apply_mod
+from provisioner.workflows.upgrade.rolling import DrainOptions
 
 app = typer.Typer(help="Rolling upgrades to a release bundle (bundles/<name>.yaml).",
                   no_args_is_help=True)

@@ -9,8 +9,8 @@ from pydantic import Field
 from provisioner.results.base import Out
 
 if TYPE_CHECKING:  # read, not built here: results sit below the workflows
-    from provisioner.upgrade.apply import ApplyResult
     from provisioner.upgrade.plan import UpgradePlan
+    from provisioner.workflows.upgrade.apply import ApplyResult
 
 
 class RefusalView(Out):

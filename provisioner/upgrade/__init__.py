@@ -1,3 +1,3 @@
-"""Rolling upgrades to release bundles: plan (checks, batches, time), schedule (failure
-domains, quorum), rolling (the batches on the step engine), steps (cordon, drain,
-uncordon, cluster gate), host (roles, reboot, host gate), apply (state, lease, CI)."""
+"""Rolling upgrades to release bundles: plan (checks, batches, time), plan_bundle (components
+per node), schedule (failure domains, quorum), host (roles, reboot, host gate), drift (what
+`upgrade apply` recorded). The run itself (apply, rolling, steps) is in workflows/upgrade/."""

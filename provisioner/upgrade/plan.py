@@ -34,7 +34,7 @@ from provisioner.upgrade.plan_bundle import (
     software_at,
 )
 from provisioner.upgrade.schedule import Scheduler, planned_s
-from provisioner.upgrade.steps import outside_kubernetes
+from provisioner.workflows.upgrade.steps import outside_kubernetes
 
 __all__ = ["Change", "Durations", "NodePlan", "PlanOptions", "Refusal", "UpgradePlan",
            "Versions", "components_on", "direction", "domain_of", "effective", "make_plan",

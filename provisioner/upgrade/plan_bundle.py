@@ -14,7 +14,7 @@ from provisioner.inventory.bundle_models import Bundle
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.software_models import Dcgm, FabricManager, NvidiaDriver, Software
 from provisioner.inventory.topology import HostPlan, has_roce
-from provisioner.upgrade.steps import in_kubernetes
+from provisioner.workflows.upgrade.steps import in_kubernetes
 
 Versions = Mapping[str, str | None]
 

@@ -8,7 +8,7 @@ kubelet is never newer than the API server (Kubernetes "Version Skew Policy",
 kubernetes.io/releases/version-skew-policy/), and a control plane that failed may still
 serve the old version, so workers then wait for good. `control_planes_first` names the
 control planes that instead move their API servers in place before any batch (kubeadm's
-upgrade, upgrade.rolling); once they have, the run lifts the wait. When it changes no
+upgrade, workflows.upgrade.rolling); once they have, the run lifts the wait. When it changes no
 Kubernetes version (a driver, CUDA, DOCA, DCGM or containerd bundle: the common GPU
 upgrade), nothing orders workers after control planes, and each control-plane round
 carries a worker batch with it.
@@ -75,7 +75,7 @@ class Scheduler:
                         resumed: Collection[str] = ()) -> tuple[list[str], list[list[str]]]:
         """The plan's view of a run (plan and the bench): the control planes moved in place
         first, as apply tries them once the `resumed` nodes are back (assumed to pass), and
-        every batch after, the workers' wait lifted when they moved (upgrade.rolling)."""
+        every batch after, the workers' wait lifted when they moved (workflows.upgrade.rolling)."""
         first = self.control_planes_first([h for h in todo if h not in set(resumed)], down)
         sched = dataclasses.replace(self, workers_wait=False) if first else self
         return first, sched.layout(todo)

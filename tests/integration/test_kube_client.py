@@ -14,8 +14,8 @@ from provisioner.kube import Eviction, PodRef, image_tag
 from provisioner.kube.official import OfficialClient
 from provisioner.kube.standin import StandInApiServer, world
 from provisioner.secrets import Secret
-from provisioner.upgrade.steps import Drain
 from provisioner.workflows.engine import StepFailed
+from provisioner.workflows.upgrade.steps import Drain
 
 
 @pytest.fixture

@@ -31,8 +31,8 @@ from provisioner.lab import hosts
 from provisioner.lab.emulators import write_sushy_config
 from provisioner.profile import for_site
 from provisioner.state import StateStore
-from provisioner.upgrade import apply as apply_mod
 from provisioner.workflows.engine import Journal
+from provisioner.workflows.upgrade import apply as apply_mod
 from tests.conftest import requires_ssh_hosts, scratch_lab_network
 
 pytestmark = pytest.mark.integration

@@ -31,7 +31,7 @@ from provisioner.lifecycle import Phase
 from provisioner.profile import for_site
 from provisioner.secrets import write_private
 from provisioner.state import StateStore
-from provisioner.upgrade import apply as apply_mod
+from provisioner.workflows.upgrade import apply as apply_mod
 from tests.conftest import EXAMPLE, ROOT
 from tests.integration.conftest import control_planes_upgraded
 from tests.unit.test_upgrade_apply import Recorder

@@ -38,7 +38,7 @@ def test_bmc_imports_neither_the_other_commands_nor_the_protocol_libraries():
     mods = _modules("bmc", "on", "--help")
     assert "provisioner.cli.bmc" in mods
     for unwanted in ("provisioner.cli.report", "provisioner.cli.upgrade", "provisioner.cli.fabric",
-                     "provisioner.report.html", "provisioner.upgrade.apply", "paramiko",
+                     "provisioner.report.html", "provisioner.workflows.upgrade.apply", "paramiko",
                      "sushy", "pyghmi", "netmiko", "kubernetes", "ansible_runner"):
         assert unwanted not in mods, unwanted
 

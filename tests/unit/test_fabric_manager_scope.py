@@ -12,7 +12,7 @@ from provisioner import render
 from provisioner.inventory import load
 from provisioner.inventory.checks import check
 from provisioner.profile import for_site
-from provisioner.upgrade import apply as apply_mod
+from provisioner.workflows.upgrade import apply as apply_mod
 from tests.conftest import FIXTURES, ansible_eval, role_task
 
 SITES = FIXTURES / "sites"

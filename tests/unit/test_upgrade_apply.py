@@ -1,4 +1,4 @@
-"""upgrade.apply's wiring without the lab: the example site, the official Kubernetes
+"""workflows.upgrade.apply's wiring without the lab: the example site, the official Kubernetes
 client against the stand-in API server, a real state store; the host side (roles, reboot,
 GPU checks) recorded instead of run (the lab e2e runs it for real). One node fails its gate:
 it stays cordoned and failed, the rest are upgraded and recorded; after it is fixed a
@@ -30,9 +30,9 @@ from provisioner.kube.standin import StandInApiServer, move_versions, world
 from provisioner.lifecycle import Phase
 from provisioner.profile import Profile, for_site
 from provisioner.state import StateStore
-from provisioner.upgrade import apply as apply_mod
 from provisioner.upgrade.drift import UPGRADED
 from provisioner.upgrade.host import Outcome
+from provisioner.workflows.upgrade import apply as apply_mod
 from tests.conftest import EXAMPLE, moved_to
 
 CPS = ("cp01", "cp02", "cp03")  # the example site's control planes

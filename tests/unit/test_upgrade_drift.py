@@ -39,7 +39,7 @@ def test_a_node_brought_up_again_since_its_upgrade_runs_the_sites_pins(tmp_path:
     it again (instead of finding nothing to do and exiting 0), and the drift note is about
     dgx02 alone."""
     from provisioner.lifecycle import Phase
-    from provisioner.upgrade import apply as apply_mod
+    from provisioner.workflows.upgrade import apply as apply_mod
 
     loaded = load(EXAMPLE)
     store = StateStore(tmp_path / "state.db")

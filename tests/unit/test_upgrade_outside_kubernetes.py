@@ -17,8 +17,8 @@ from provisioner.kube.standin import StandInApiServer, world
 from provisioner.lifecycle import UPGRADE_PATH, Phase
 from provisioner.profile import for_site
 from provisioner.state import StateStore
-from provisioner.upgrade import apply as apply_mod
 from provisioner.upgrade.host import Outcome
+from provisioner.workflows.upgrade import apply as apply_mod
 from tests.conftest import EXAMPLE, moved_to
 from tests.unit.test_upgrade_apply import CPS, STOR01, Recorder
 

@@ -16,9 +16,9 @@ from provisioner.inventory import load
 from provisioner.inventory.bundle_models import load_bundle
 from provisioner.inventory.topology import servers
 from provisioner.profile import for_site
-from provisioner.upgrade import apply as apply_mod
 from provisioner.upgrade.plan import Durations, PlanOptions, make_plan
 from provisioner.upgrade.schedule import Scheduler
+from provisioner.workflows.upgrade import apply as apply_mod
 from tests.conftest import EXAMPLE, ROOT
 from tests.unit.test_upgrade_apply import stor01_in_kubernetes
 

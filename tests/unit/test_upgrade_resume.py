@@ -14,7 +14,7 @@ from provisioner.inventory.topology import servers
 from provisioner.lifecycle import Phase
 from provisioner.profile import for_site
 from provisioner.state import StateStore
-from provisioner.upgrade import apply as apply_mod
+from provisioner.workflows.upgrade import apply as apply_mod
 from tests.conftest import EXAMPLE
 from tests.unit.test_upgrade_apply import (
     Recorder,

@@ -1,5 +1,5 @@
-"""The rolling logic of `upgrade apply` (upgrade.rolling on the engine's batch stage, over a
-real state store) driven against a simulated cluster over many hypothesis scenarios: node
+"""The rolling logic of `upgrade apply` (workflows.upgrade.rolling on the engine's batch stage,
+over a real state store) driven against a simulated cluster over many hypothesis scenarios: node
 failures at random steps, slow drains, PDBs that never release. Invariants:
 
 - the nodes of a failure domain cordoned at once never exceed --max-unavailable;
@@ -40,11 +40,11 @@ from provisioner.errors import KubeError
 from provisioner.kube import Down, Eviction, NodeHealth, PodRef
 from provisioner.lifecycle import Phase
 from provisioner.state import StateStore
-from provisioner.upgrade import rolling
-from provisioner.upgrade.rolling import DrainOptions, Rolling, roll
 from provisioner.upgrade.schedule import Scheduler
-from provisioner.upgrade.steps import Clock
 from provisioner.workflows.engine import Journal
+from provisioner.workflows.upgrade import rolling
+from provisioner.workflows.upgrade.rolling import DrainOptions, Rolling, roll
+from provisioner.workflows.upgrade.steps import Clock
 from tests.conftest import examples, moved_to
 
 # kubeadm: its kubeadm upgrade fails, in place (a control plane) and in its round

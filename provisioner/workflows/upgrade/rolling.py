@@ -3,7 +3,7 @@ from, so the lab run and the simulation in the tests drive the same code.
 
 Each batch: node stage [cordon, drain (begin), drain] → the installer (roles at the
 bundle's versions, reboot) → health gate (cluster checks + the installer's host checks) →
-node stage [uncordon]. The batches come from `schedule.Scheduler` one at a time through the
+node stage [uncordon]. The batches come from `upgrade.schedule.Scheduler` one at a time through the
 engine's BatchStage, given what is down *now*, so a node that failed (and stays cordoned)
 keeps using its failure domain's allowance. The stage stops between batches when the
 failure budget is spent or a stop was requested; a stop (Ctrl-C) inside a batch lets the
@@ -37,9 +37,16 @@ from provisioner.lifecycle import UPGRADE_PATH, Phase
 from provisioner.upgrade.host import Installer
 from provisioner.upgrade.plan import minor_of
 from provisioner.upgrade.schedule import Scheduler
-from provisioner.upgrade.steps import Clock, Cordon, Drain, DrainBegin, Uncordon, cluster_gate
 from provisioner.workflows import engine
 from provisioner.workflows.engine import Journal, Progress
+from provisioner.workflows.upgrade.steps import (
+    Clock,
+    Cordon,
+    Drain,
+    DrainBegin,
+    Uncordon,
+    cluster_gate,
+)
 
 # Where a killed run can leave a node that is part-way through its upgrade.
 MID_UPGRADE = frozenset(UPGRADE_PATH) - {Phase.READY}

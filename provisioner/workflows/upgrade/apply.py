@@ -1,6 +1,6 @@
 """provision upgrade plan | apply: a site to a release bundle, node by node, from CI.
 
-    plan   bundle file → checks (plan.make_plan) → what changes where, batches, time
+    plan   bundle file → checks (upgrade.plan.make_plan) → what changes where, batches, time
     apply  the plan (refused: UpgradeRefused, nothing touched) → the site lease and the
            site lock → rolling.roll over the state store → per-node outcome
 
@@ -40,10 +40,10 @@ from provisioner.upgrade.plan import (
     scheduler,
     site_at,
 )
-from provisioner.upgrade.rolling import DrainOptions, Rolling, RollingOutcome, roll
-from provisioner.upgrade.steps import Clock, outside_kubernetes
 from provisioner.workflows import engine
 from provisioner.workflows.engine import NodeOutcome, Progress, ProgressFn
+from provisioner.workflows.upgrade.rolling import DrainOptions, Rolling, RollingOutcome, roll
+from provisioner.workflows.upgrade.steps import Clock, outside_kubernetes
 
 
 @dataclass(frozen=True)

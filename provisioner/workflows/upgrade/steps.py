@@ -1,6 +1,6 @@
 """The Kubernetes-side steps of a rolling upgrade, on the engine's NodeStep protocol:
 cordon, drain (evictions that respect PodDisruptionBudgets), the health gate's cluster
-checks, uncordon. The host side (packages, reboot, GPU checks) is `host.Installer`.
+checks, uncordon. The host side (packages, reboot, GPU checks) is `upgrade.host.Installer`.
 
 Drain follows `kubectl drain`: DaemonSet and mirror (static) pods stay; every other pod is
 evicted through policy/v1 Eviction, which the API server refuses with 429 while a PDB

@@ -1,0 +1,1 @@
+"""`provision upgrade apply` as steps over the engine (apply, rolling, steps)."""
