@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from ipaddress import IPv4Address, IPv6Address, ip_address
+from ipaddress import IPv4Address
 
 from provisioner import power
 from provisioner.inventory import circuit_checks, fabric_checks, kube_checks, software_checks
-from provisioner.inventory.fields import parse_ipv4
+from provisioner.inventory.fields import ip_or_none
 from provisioner.inventory.findings import Category, Finding, Severity
 from provisioner.inventory.kube_checks import node_roles
 from provisioner.inventory.loader import KeyPath, LoadedSite
@@ -178,24 +178,13 @@ def _uniqueness(loaded: LoadedSite, emit: Emit) -> None:
                         "every node needs its own BMC endpoint (address, port, system_id)")
                 else:
                     bmcs[key] = bp
-                bmc_ip = _ip(node.bmc.address)
+                bmc_ip = ip_or_none(node.bmc.address)
                 if bmc_ip is None:
                     continue
                 if isinstance(bmc_ip, IPv4Address):
                     if bmc_ip in ips and ips[bmc_ip][-2:] != ("bmc", "address"):
                         dup("ip", bmc_ip, bp, ips[bmc_ip], "a BMC needs its own address")
                     ips.setdefault(bmc_ip, bp)
-
-
-def _ip(text: str) -> IPv4Address | IPv6Address | None:
-    """A BMC address as an IP address (None for a DNS name): IPv4 on the fast path."""
-    fast = parse_ipv4(text)
-    if fast is not None:
-        return fast
-    try:
-        return ip_address(text)
-    except ValueError:
-        return None
 
 
 # ---------------------------------------------------------------- networks
@@ -241,7 +230,7 @@ def _networks(loaded: LoadedSite, emit: Emit) -> None:
                     emit("unknown-network", ("placements", i, "nodes", j, "macs", net_name),
                          f"MAC given for unknown network '{net_name}'", at_key=True)
             if node.bmc is not None and oob and node.hostname not in loaded.lab_hosts:
-                bip = _ip(node.bmc.address)
+                bip = ip_or_none(node.bmc.address)
                 if bip is None:
                     continue
                 if not any(bip in n.cidr for n in oob):

@@ -7,11 +7,11 @@ Called from checks.check() as fabric_checks is; no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from ipaddress import ip_address
 from urllib.parse import urlsplit
 
 from provisioner.inventory import compat
 from provisioner.inventory.block_models import modules_for
+from provisioner.inventory.fields import ip_or_none
 from provisioner.inventory.findings import Severity
 from provisioner.inventory.loader import KeyPath, LoadedSite
 from provisioner.inventory.models import OPEN_ONLY_ARCHS, PROPRIETARY_ONLY_ARCHS
@@ -224,7 +224,7 @@ def _names_without_dns(sw: Software, emit: Emit) -> None:
     named = [(f"software.{key}", urlsplit(url).hostname or "") for key, url in urls.items()
              if url]
     named += [("software.sources.ntp_servers", h) for h in src.ntp_servers]
-    names = [(key, host) for key, host in named if host and not _is_address(host)]
+    names = [(key, host) for key, host in named if host and ip_or_none(host) is None]
     if names:
         emit("names-without-dns", ("software", "sources"),
              "the nodes reach " + ", ".join(f"{h} ({k})" for k, h in names[:3])
@@ -233,14 +233,6 @@ def _names_without_dns(sw: Software, emit: Emit) -> None:
              "has a static address and no resolver, so it could not look them up",
              "set software.sources.dns_servers (and dns_search) to the site's resolvers, "
              "or name those servers by address")
-
-
-def _is_address(host: str) -> bool:
-    try:
-        ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    return True
 
 
 def _mirror_architectures(loaded: LoadedSite, emit: Emit) -> None:
