@@ -106,13 +106,14 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
         if not isinstance(h, HostRead):
             continue
         qos = s if isinstance(s, SwitchQos) else None
+        compared = qos is not None and isinstance(h.qos, HostQos)
         found += mtu_mismatches(lk.node, lk.nic, h.mtu_bytes, lk.host_mtu_bytes, lk.switch,
-                                lk.switch_port, lk.switch_mtu_bytes, qos)
+                                lk.switch_port, lk.switch_mtu_bytes, qos,
+                                against_port=not compared)
         if qos is not None and isinstance(h.qos, HostQos):
-            count += 1
-            found += [m for m in compare_live(policy, lk.node, lk.nic, h.mtu_bytes, h.qos,
-                                              lk.switch, lk.switch_port, qos)
-                      if m.what != "mtu"]  # the MTU: mtu_mismatches, with both ends read
+            count += 1  # the host's own MTU against the port: base.compare, as for QoS
+            found += compare_live(policy, lk.node, lk.nic, h.mtu_bytes, h.qos, lk.switch,
+                                  lk.switch_port, qos)
     return LiveReport(count, tuple(found), tuple(unknown),
                       tuple(standins.notes(loaded, switches, lab=prof.lab, live=True)))
 
@@ -156,15 +157,16 @@ def parse_host_read(host: str, nic: str, text: str, code: int) -> HostRead | str
 
 def mtu_mismatches(host: str, nic: str, host_mtu_bytes: int, declared_mtu_bytes: int,
                    switch: str, port: str, inventory_port_mtu_bytes: int,
-                   qos: SwitchQos | None) -> list[Mismatch]:
-    """The host's own MTU against the switch port's (read back where the switch could be
-    read, else the inventory's, said so) and against what the inventory declares: RDMA's
-    active MTU follows the smaller end, so a host left at 1500 runs RoCE at 1024."""
+                   qos: SwitchQos | None, *, against_port: bool = True) -> list[Mismatch]:
+    """The host's own MTU against what the inventory declares (RDMA's active MTU follows
+    the smaller end, so a host left at 1500 runs RoCE at 1024) and, `against_port`, against
+    the switch port's (read back where the switch could be read, else the inventory's, said
+    so); without it base.compare judges the port, where both ends' QoS was read."""
     read = qos.port_mtu_bytes.get(port) if qos is not None else None
     port_mtu = read if read is not None else inventory_port_mtu_bytes
     where = "" if read is not None else " (inventory; not read from the switch)"
     found = []
-    if host_mtu_bytes > port_mtu:
+    if against_port and host_mtu_bytes > port_mtu:
         found.append(Mismatch(host, nic, switch, port, "mtu", f"{host_mtu_bytes} (read)",
                               f"{port_mtu}{where}: frames above it are dropped"))
     if host_mtu_bytes < declared_mtu_bytes:
