@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from provisioner.inventory.models import BlockType
-from provisioner.power import BTU_PER_W, CFM_PER_W_PER_F, BudgetFailure, BudgetReport
+from provisioner.power import (
+    BTU_PER_W,
+    CFM_PER_W_PER_F,
+    BudgetFailure,
+    BudgetReport,
+    CircuitBudget,
+)
 from provisioner.results.base import Out
 
 if TYPE_CHECKING:
@@ -202,13 +208,18 @@ def power_report(report: BudgetReport) -> PowerReport:
             estimated_blocks=list(r.estimated_blocks),
             failures=_failures(r.failures))
             for r in report.racks],
-        circuits=[CircuitView(
-            name=c.name, ok=c.ok, phase=c.phase, voltage_v=c.voltage_v, breaker_a=c.breaker_a,
-            derating=c.derating, capacity_va=_r1(c.capacity_va), usable_va=_r1(c.usable_va),
-            load_va=_r1(c.load_va), utilization=round(c.utilization, 4),
-            loads=[CircuitLoadView(rack=ld.rack, feeds=list(ld.feeds), load_va=_r1(ld.load_va))
-                   for ld in c.loads],
-            failures=_failures(c.failures)) for c in report.circuits])
+        circuits=circuit_views(report.circuits))
+
+
+def circuit_views(circuits: Sequence[CircuitBudget]) -> list[CircuitView]:
+    """The shared upstream circuits as `power --json` and `report --json` both print them."""
+    return [CircuitView(
+        name=c.name, ok=c.ok, phase=c.phase, voltage_v=c.voltage_v, breaker_a=c.breaker_a,
+        derating=c.derating, capacity_va=_r1(c.capacity_va), usable_va=_r1(c.usable_va),
+        load_va=_r1(c.load_va), utilization=round(c.utilization, 4),
+        loads=[CircuitLoadView(rack=ld.rack, feeds=list(ld.feeds), load_va=_r1(ld.load_va))
+               for ld in c.loads],
+        failures=_failures(c.failures)) for c in circuits]
 
 
 def _failures(failures: Sequence[BudgetFailure]) -> list[FailureView]:
@@ -254,6 +265,8 @@ class SiteReport(Out):
     ok: bool
     generated_at: str
     racks: list[ReportRack]
+    # shared upstream circuits at nameplate, as `power --json`'s; empty when none are declared
+    circuits: list[CircuitView]
     findings: ReportFindings
     state: ReportState | None
 
@@ -270,6 +283,7 @@ def site_report(report: Report, page: Path) -> SiteReport:
                                                  nodes=list(c.nodes), error=c.error)
                                    for c in r.elevation.chassis])
                for r in report.racks],
+        circuits=circuit_views(report.circuits),
         findings=ReportFindings(errors=len(report.errors), warnings=len(report.warnings)),
         state=None if state is None else ReportState(path=state.path, exists=state.exists,
                                                      phases=dict(state.phases)))

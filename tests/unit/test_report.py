@@ -293,3 +293,50 @@ def test_the_page_shows_the_shared_circuits_with_power_py_numbers(tmp_path):
     assert "circuit pdu1-cb1: worst-case load" in html  # power.py's message, as validate
     _, plain = _report(EXAMPLE)
     assert 'id="circuits"' not in render_html(plain) and plain.circuits == ()
+
+
+def test_json_lists_the_shared_circuits_as_power_json_does(tmp_path):
+    """`report --json` names an overloaded upstream circuit, so a CI job that reads it sees
+    two racks (each within its own feed) overload one breaker: test_power_circuits' site,
+    12,400 VA per rack on pdu1-cb1's 16,000 VA usable. The circuits are `power --json`'s,
+    field for field."""
+    from tests.unit.test_power_circuits import single_racks, write
+
+    site = write(tmp_path, single_racks("pdu1-cb1", "pdu1-cb1"))
+    result = runner.invoke(app, ["report", str(site), "--out", str(tmp_path / "page"),
+                                 "--json"])
+    assert result.exit_code == 4, result.output  # a budget error only, as validate
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is False
+    assert [r["ok"] for r in doc["racks"]] == [True, True]  # no rack alone is over
+    c = {c["name"]: c for c in doc["circuits"]}
+    assert list(c) == ["pdu1-cb1", "pdu2-cb1"]
+    over = c["pdu1-cb1"]
+    assert over["ok"] is False
+    assert (over["usable_va"], over["load_va"]) == (16000, 24800)
+    assert over["utilization"] == pytest.approx(1.55)
+    assert [(ld["rack"], ld["feeds"], ld["load_va"]) for ld in over["loads"]] == [
+        ("r01", ["A"], 12400), ("r02", ["A"], 12400)]
+    assert [(f["check"], f["subject"], f["over_by"]) for f in over["failures"]] == [
+        ("power", "circuit pdu1-cb1", 8800)]
+    assert c["pdu2-cb1"] == c["pdu2-cb1"] | {"ok": True, "load_va": 0, "loads": [],
+                                             "failures": []}
+    power_doc = json.loads(runner.invoke(app, ["power", str(site), "--json"]).stdout)
+    assert doc["circuits"] == power_doc["circuits"]
+
+
+def test_json_circuits_within_budget_and_without_any(tmp_path):
+    """The same racks on two circuits are ok there; a site that declares none, and one that
+    does not load, print an empty list."""
+    from tests.unit.test_power_circuits import single_racks, write
+
+    _, rep = _report(write(tmp_path, single_racks("pdu1-cb1", "pdu2-cb1")))
+    doc = results.dump(results.site_report(rep, tmp_path / "index.html"))
+    assert doc["ok"] is True
+    assert [(c["name"], c["utilization"], c["ok"]) for c in doc["circuits"]] == [
+        ("pdu1-cb1", 0.775, True), ("pdu2-cb1", 0.775, True)]
+    _, plain = _report(EXAMPLE)
+    assert results.dump(results.site_report(plain, tmp_path / "index.html"))["circuits"] == []
+    unloadable = runner.invoke(app, ["report", str(FIXTURES / "invalid" / "unknown_key.yaml"),
+                                     "--out", str(tmp_path / "bad"), "--json"])
+    assert json.loads(unloadable.stdout)["circuits"] == []
