@@ -297,6 +297,14 @@ def start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: I
                                 start_new_session=True)
     finally:
         log.close()
+    # The launcher joins the host's cgroup itself, but only once its shell has run: until
+    # then it is in neither the namespace nor the cgroup, and a `lab up` killed at that
+    # moment left a recorded host that `lab prune` saw as an empty namespace while its
+    # launcher went on. It is put there now, before anyone is told of the host.
+    with contextlib.suppress(OSError):
+        cgroup_dir = orphans.cgroup_of(netns)
+        cgroup_dir.mkdir(parents=True, exist_ok=True)
+        (cgroup_dir / "cgroup.procs").write_text(f"{proc.pid}\n")
     ticks = start_ticks(proc.pid) or 0
     host = SshHost(name=name, address=str(address), netns=netns, veth=veth, pid=proc.pid,
                    start_ticks=ticks, upper=str(d / "upper"))
