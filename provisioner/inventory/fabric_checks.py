@@ -6,7 +6,7 @@ No I/O; findings carry key paths that the loader's SourceMap turns into file:lin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from provisioner.inventory.cabling import (
     Endpoint,
@@ -19,8 +19,9 @@ from provisioner.inventory.cabling import (
     resolve,
     roce_nics,
 )
+from provisioner.inventory.fabric_models import Uplink
 from provisioner.inventory.findings import Severity
-from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.loader import KeyPath, LoadedSite
 from provisioner.roce import SONIC_LOSSLESS_DEFAULT
 
 Emit = Callable[..., None]
@@ -52,13 +53,14 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     if not (site.cabling.links or site.cabling.rules):
         _not_cabled(loaded, eps, emit)
         _expressible(loaded, eps, [], emit)  # uplinks alone are rendered too
+        _ports(eps, [], site.cabling.uplinks, emit)
         return
     _eos_queue(eps, emit)
     links = list(resolve(site, loaded.catalog))
     _rules_have_leaves(loaded, eps, emit)
     _cabled_once(loaded, eps, links, emit)
     _expressible(loaded, eps, links, emit)
-    _ports(eps, links, emit)
+    _ports(eps, links, site.cabling.uplinks, emit)
     _mtu(links, emit)
     _oversubscription(loaded, eps, links, emit)
 
@@ -184,55 +186,75 @@ def _cabled_once(loaded: LoadedSite, eps: dict[str, Endpoint], links: list[Resol
                      "add a cabling link or a rack_leaf rule for this nic")
 
 
-def _ports(eps: dict[str, Endpoint], links: list[ResolvedLink], emit: Emit) -> None:
+def _ports(eps: dict[str, Endpoint], links: list[ResolvedLink], uplinks: Sequence[Uplink],
+           emit: Emit) -> None:
+    """Every switch port a host link or an uplink takes: a real port of that switch, a
+    sub-port only where its catalog block breaks ports out, and each port used once (whole,
+    or broken out, never both). An uplink is a port like any other."""
     used: dict[tuple[str, str], str] = {}
     whole: dict[tuple[str, int], str] = {}
     subs: dict[tuple[str, int], str] = {}
-    for link in links:
-        sw = eps.get(link.switch)
+
+    def take(switch: str, port_name: str, user: str, where: KeyPath) -> float | None:
+        """The port's speed, or None when it was refused (said)."""
+        sw = eps.get(switch)
         if sw is None or sw.node.management is None:
-            continue
-        where = (*link.path, "switch_port")
-        user = f"{link.node} {link.nic}"
-        key = (link.switch, link.switch_port)
+            return None
+        key = (switch, port_name)
         if key in used:
             emit("switch-port-reused", where,
-                 f"{link.switch} port {link.switch_port} is used twice ({used[key]} and {user})")
-            continue
+                 f"{switch} port {port_name} is used twice ({used[key]} and {user})")
+            return None
         used[key] = user
         nos = sw.node.management.os
-        port = parse_port(nos, link.switch_port)
+        port = parse_port(nos, port_name)
         if port is None:
-            emit("switch-port-name", where,
-                 f"'{link.switch_port}' is not a port name on {nos} ({link.switch})")
-            continue
+            emit("switch-port-name", where, f"'{port_name}' is not a port name on {nos} ({switch})")
+            return None
         nic = sw.block.nics[0] if sw.block.nics else None
         if nic is None:
-            continue
+            return None
         if nos != "sonic" and not 1 <= port.number <= nic.ports:
             emit("switch-port-range", where,
-                 f"{link.switch} ({sw.block.name}) has ports 1-{nic.ports}; "
-                 f"{link.switch_port} is port {port.number}")
-            continue
+                 f"{switch} ({sw.block.name}) has ports 1-{nic.ports}; "
+                 f"{port_name} is port {port.number}")
+            return None
         speed = nic.speed_gbps
         if port.sub is not None:
-            ways = max(nic.breakout, default=1)
+            if not nic.breakout:
+                emit("switch-breakout", where,
+                     f"{port_name} is a breakout sub-port, but {sw.block.name} ports do not "
+                     "break out (no breakout in its catalog block)",
+                     f"use the whole port, or give {sw.block.name} its breakout: [2, 4] in "
+                     "the catalog")
+                return None
+            ways = max(nic.breakout)
             if port.sub >= ways:
                 emit("switch-breakout", where,
-                     f"{link.switch_port}: {sw.block.name} ports split into at most {ways} "
+                     f"{port_name}: {sw.block.name} ports split into at most {ways} "
                      f"(catalog breakout {list(nic.breakout)})")
-                continue
+                return None
             speed = nic.speed_gbps / ways
-            subs[(link.switch, port.number)] = user
+            subs.setdefault((switch, port.number), user)
         else:
-            whole[(link.switch, port.number)] = user
-        if (link.switch, port.number) in whole and (link.switch, port.number) in subs:
+            whole.setdefault((switch, port.number), user)
+        if (switch, port.number) in whole and (switch, port.number) in subs:
             emit("switch-port-reused", where,
-                 f"{link.switch} port {port.number} is used whole and broken out")
-        if link.host_speed_gbps and link.host_speed_gbps > speed:
-            emit("link-speed", where,
+                 f"{switch} port {port.number} is used whole "
+                 f"({whole[(switch, port.number)]}) and broken out "
+                 f"({subs[(switch, port.number)]})")
+        return speed
+
+    for link in links:
+        user = f"{link.node} {link.nic}"
+        speed = take(link.switch, link.switch_port, user, (*link.path, "switch_port"))
+        if speed is not None and link.host_speed_gbps and link.host_speed_gbps > speed:
+            emit("link-speed", (*link.path, "switch_port"),
                  f"{user} is {link.host_speed_gbps:g} Gb/s but {link.switch} "
                  f"{link.switch_port} gives {speed:g} Gb/s", severity=Severity.WARNING)
+    for i, uplink in enumerate(uplinks):
+        take(uplink.switch, uplink.switch_port, "an uplink",
+             ("cabling", "uplinks", i, "switch_port"))
 
 
 def _mtu(links: list[ResolvedLink], emit: Emit) -> None:

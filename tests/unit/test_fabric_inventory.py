@@ -102,3 +102,45 @@ def test_site_without_cabling_is_valid_with_one_warning(tmp_path: Path) -> None:
     assert not [f for f in found if f.severity is Severity.ERROR]
     assert [f.code for f in found if f.code.startswith(("fabric", "roce"))] == [
         "fabric-not-cabled"]
+
+
+def test_an_uplink_is_a_port_like_any_other(tmp_path: Path) -> None:
+    """An uplink on the parent of a port broken out for a host, on a host's own sub-port,
+    or on a port the switch does not have is refused as a host link's would be."""
+    def uplink(port: str) -> list[tuple[str, str, str]]:
+        return _site(tmp_path, RULE, RULE + f"\n  uplinks:\n    - {{switch: leaf01, "
+                     f"switch_port: {port}}}")
+
+    assert [m for c, m, _ in uplink("swp1") if c == "switch-port-reused"] == [
+        "leaf01 port 1 is used whole (an uplink) and broken out (dgx01 roce)"]
+    assert [m for c, m, _ in uplink("swp2s0") if c == "switch-port-reused"] == [
+        "leaf01 port swp2s0 is used twice (dgx02 roce and an uplink)"]
+    found = uplink("swp65")
+    assert [c for c, _, _ in found if c.startswith("switch-")] == ["switch-port-range"]
+    assert all("site.yaml:" in loc for c, _, loc in found if c.startswith("switch-"))
+    assert not [c for c, _, _ in uplink("swp64s1") if c.startswith("switch-")]
+
+
+def test_a_sub_port_on_a_switch_without_breakout_is_refused(tmp_path: Path) -> None:
+    """A sub-port name (swp1s0) on a switch whose catalog block has no breakout is a cable
+    to a port that does not exist; it passed as a one-way split before."""
+    for f in EXAMPLE.glob("*.yaml"):
+        shutil.copy(f, tmp_path / f.name)
+    site = tmp_path / "site.yaml"
+    site.write_text(site.read_text() + "\n".join([
+        "catalog:", "  - name: sn5600-solid", "    kind: switch", "    switch_role: roce",
+        "    rack_units: 2", "    max_power_w: 1400", "    typical_power_w: 940",
+        "    psu: {count: 2, rating_w: 2000, redundancy: '1+1'}",
+        "    nics: [{ports: 64, speed_gbps: 800}]", ""]))
+    placements = tmp_path / "placements.yaml"
+    text = placements.read_text()
+    assert "    block: sn5600\n" in text
+    placements.write_text(text.replace("    block: sn5600\n", "    block: sn5600-solid\n"))
+    found = [(f.code, f.message, f.hint) for f in check(load(tmp_path))
+             if f.code == "switch-breakout"]
+    assert [m for _, m, _ in found] == [
+        "swp1s0 is a breakout sub-port, but sn5600-solid ports do not break out (no "
+        "breakout in its catalog block)",
+        "swp2s0 is a breakout sub-port, but sn5600-solid ports do not break out (no "
+        "breakout in its catalog block)"]
+    assert "breakout: [2, 4]" in found[0][2]
