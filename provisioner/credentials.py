@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from provisioner.errors import ConfigError
-from provisioner.inventory.loader import LoadedSite
 from provisioner.secrets import Secret, resolve
+
+if TYPE_CHECKING:  # a resolver is handed a loaded site: the loader is not imported for it
+    from provisioner.inventory.loader import LoadedSite
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from provisioner.inventory.models import BlockType, Circuit, Feed, Placement, Rack, Site
+if TYPE_CHECKING:  # annotations only: the arithmetic needs no pydantic at import
+    from provisioner.inventory.models import BlockType, Circuit, Feed, Placement, Rack, Site
 
 Basis = Literal["nameplate", "typical"]
 

@@ -4,6 +4,7 @@ quirk table, retries, and a bounded fan-out over many nodes."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from provisioner import lazy
 from provisioner.bmc.base import (
@@ -17,10 +18,12 @@ from provisioner.bmc.base import (
     PowerState,
 )
 from provisioner.bmc.pool import DEFAULT_CONCURRENCY, NodeResult, run_many
-from provisioner.credentials import CredentialResolver
 from provisioner.errors import ConfigError
-from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.topology import bmc_nodes, select
+
+if TYPE_CHECKING:  # the inventory (its pydantic models) is imported where a site is read
+    from provisioner.credentials import CredentialResolver
+    from provisioner.inventory.loader import LoadedSite
+    from provisioner.inventory.models import Node
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -42,7 +45,8 @@ __all__ = [
 
 def select_hosts(hostnames: list[str], limit: str | None) -> list[str]:
     """Ansible-style --limit (topology.select); a limit that matches nothing is an error."""
-    chosen = select(hostnames, limit)
+    topology = lazy.module("provisioner.inventory.topology")  # late: see targets
+    chosen: list[str] = topology.select(hostnames, limit)
     if not chosen:
         raise ConfigError(f"--limit {limit!r} matches no node with a BMC",
                           hint="patterns are globs on host names, for example 'dgx*,cp01'")
@@ -52,9 +56,13 @@ def select_hosts(hostnames: list[str], limit: str | None) -> list[str]:
 def targets(loaded: LoadedSite, env: Mapping[str, str], limit: str | None = None,
             request_timeout_s: float = 10.0) -> list[BmcTarget]:
     """BMC targets for the site's nodes (in inventory order), secrets resolved once each."""
-    nodes = bmc_nodes(loaded)
+    # The inventory's modules are imported here, not with the package (`provision bmc`'s
+    # start), and through lazy.module: an upgrade's fan-out threads ask for a host's target.
+    topology = lazy.module("provisioner.inventory.topology")
+    nodes: list[Node] = topology.bmc_nodes(loaded)
     wanted = set(select_hosts([n.hostname for n in nodes], limit))
-    logins = CredentialResolver(loaded, env)
+    logins: CredentialResolver = lazy.module("provisioner.credentials").CredentialResolver(
+        loaded, env)
     out = []
     for node in nodes:
         if node.hostname not in wanted or node.bmc is None:

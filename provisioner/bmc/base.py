@@ -10,12 +10,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from provisioner import lazy
 from provisioner.bmc.retry import poll_until
 from provisioner.errors import BmcError, BmcRefused, BmcTimeout, BmcUnreachable
-from provisioner.inventory.models import Tls
-from provisioner.secrets import Secret
+
+if TYPE_CHECKING:  # the inventory's models (pydantic) are not imported with the BMC layer
+    from provisioner.inventory.models import Tls
+    from provisioner.secrets import Secret
 
 
 class PowerState(StrEnum):
@@ -113,6 +116,13 @@ class HardwareFacts:
         return tuple(sorted(n.mac for n in self.nics if n.mac))
 
 
+def _default_tls() -> Tls:
+    """The inventory's default TLS settings; its models are imported when a target is made
+    without one (by a fan-out's threads too: through lazy.module)."""
+    tls: Tls = lazy.module("provisioner.inventory.models").Tls()
+    return tls
+
+
 @dataclass(frozen=True)
 class BmcTarget:
     """Everything a driver needs for one node. The password stays a Secret until the edge."""
@@ -125,7 +135,7 @@ class BmcTarget:
     password: Secret = field(repr=False)
     system_id: str | None = None
     scheme: str = "https"
-    tls: Tls = field(default_factory=Tls)
+    tls: Tls = field(default_factory=_default_tls)
     cipher_suite: int = 17
     request_timeout_s: float = 10.0
 

@@ -1,16 +1,19 @@
-"""provision bmc: power, boot and inventory across every node's BMC, in parallel."""
+"""provision bmc: power, boot and inventory across every node's BMC, in parallel.
+
+Imported at `provision bmc`'s start, so it imports only the BMC layer's vocabulary: the
+budget rule, the topology and the JSON shapes are imported where a command uses them, the
+protocol libraries by make_driver (tests/unit/test_cli_startup.py)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from provisioner import bmc as bmc_mod
-from provisioner import results as results_mod
 from provisioner.bmc import BootDevice, BootMode, NodeResult, PowerAction
 from provisioner.cli.common import (
     JsonOpt,
@@ -20,9 +23,9 @@ from provisioner.cli.common import (
     load_checked,
 )
 from provisioner.errors import ExitCode
-from provisioner.inventory.loader import LoadedSite
-from provisioner.inventory.topology import host_plans
-from provisioner.workflows.steps.bmc import blocked_racks
+
+if TYPE_CHECKING:
+    from provisioner.inventory.loader import LoadedSite
 
 app = typer.Typer(help="Talk to the nodes' BMCs (Redfish or IPMI): power, boot, inventory.",
                   no_args_is_help=True)
@@ -40,6 +43,9 @@ RequestTimeoutOpt = Annotated[float, typer.Option(
 def refused_by_budget(loaded: LoadedSite, nodes: Sequence[str]) -> dict[str, str]:
     """Nodes in a rack whose feeds or cooling cannot carry it -> why, by `up`'s own rule
     (steps.bmc.blocked_racks): such a node is never sent a power-on."""
+    from provisioner.inventory.topology import host_plans
+    from provisioner.workflows.steps.bmc import blocked_racks
+
     blocked = blocked_racks(loaded)
     rack_of = {h.hostname: h.placement.rack for h in host_plans(loaded)}
     return {n: f"not powered on: rack {rack_of[n]} is over budget "
@@ -67,6 +73,8 @@ def _run(operation: str, site: Any, limit: str | None, json_out: bool, concurren
                for t in targets]
     failed = [r for r in ran if not r.ok]
     if json_out:
+        from provisioner import results as results_mod
+
         out.emit_json(results_mod.dump(results_mod.bmc_report(operation,
                                                               loaded.site.site.name, results)))
     else:

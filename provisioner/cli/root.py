@@ -13,7 +13,6 @@ from typing import Annotated
 import typer
 
 from provisioner import __version__
-from provisioner.cli.common import STATE
 from provisioner.errors import redact
 
 # The libraries at the protocol edges log on their own (paramiko prints a whole traceback
@@ -65,6 +64,8 @@ def _root(
     no_color: Annotated[bool, typer.Option("--no-color", help="Plain output.")] = False,
 ) -> None:
     """Global options."""
+    from provisioner.cli.common import STATE  # the commands' helpers: imported with a command
+
     configure_logging(debug)
     STATE.debug = debug
     STATE.no_color = no_color
