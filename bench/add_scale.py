@@ -38,7 +38,7 @@ from inventory_scale import generate
 
 from provisioner import profile
 from provisioner.discover import add as add_mod
-from provisioner.inventory import load
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.lifecycle import Phase
 from provisioner.state import StateStore
 

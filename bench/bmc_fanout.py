@@ -30,7 +30,7 @@ from pathlib import Path
 from provisioner import bmc
 from provisioner import lab as lab_mod
 from provisioner.bmc import BootDevice, PowerAction
-from provisioner.inventory import load
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 
 N_REDFISH = 200
 N_IPMI = 50
@@ -38,7 +38,7 @@ N_IPMI = 50
 
 def site_yaml(n_redfish: int, n_ipmi: int) -> str:
     lines = [
-        "site: {name: fanout, lab_overlay: .provision/lab/overlay.yaml, ssh: {authorized_keys: "
+        "site: {name: fanout, ssh: {authorized_keys: "
         "['ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGf2mvZz4M6W7ePLkgoNZLE4yW8NMw4aSIDxQy2XY5Fc "
         "admin@example']}}",
         "credentials:",

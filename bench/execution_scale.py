@@ -37,7 +37,7 @@ from pathlib import Path
 from up_scale import site_yaml  # bench/ is sys.path[0]: the same generated site
 
 from provisioner import lab as lab_mod
-from provisioner.inventory import load
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 
 EXECUTION = """provisioning:
   execution:
@@ -52,7 +52,7 @@ import json, resource, sys
 from pathlib import Path
 from provisioner import render, runner
 from provisioner.execution import dispatch
-from provisioner.inventory import load
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 mode, site, playbook, forks = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 loaded = load(site)
 out = render.render(loaded, loaded.base_dir / ".provision" / "ansible", lab=True).out

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from provisioner import lab as lab_mod
-from provisioner.inventory import load
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 
 NODES_PER_CHASSIS = 4  # hci-2u4n
 # An admin key for the installed nodes (validate requires one); the lab logs in with its own.
@@ -39,7 +39,7 @@ ADMIN_KEY = ("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGf2mvZz4M6W7ePLkgoNZLE4yW8NMw
 
 def site_yaml(n: int) -> str:
     lines = [
-        "site: {name: upscale, lab_overlay: .provision/lab/overlay.yaml,",
+        "site: {name: upscale,",
         f"       ssh: {{authorized_keys: ['{ADMIN_KEY}']}}}}",
         "credentials:",
         "  bmc: {username: admin, password: {env: UPSCALE_UNUSED_PASSWORD}}",

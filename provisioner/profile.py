@@ -1,7 +1,9 @@
 """How a run treats its site: for real, or in the local lab. Decided once, here, by the
 CLI; the core reads the profile it is handed and never asks "is this the lab?" itself.
 
-In the lab the BMC endpoints are the emulators' (the loader applies the lab's overlay),
+In the lab the BMC endpoints are the emulators' (the CLI hands the core the site with the
+lab's overlay applied: lab/overlay.py), a switch may be answered by a stand-in of another
+dialect (`stand_ins`),
 the OS is an SSH test host (no install to wait for), and the playbooks skip the tasks a
 lab host cannot do, by tag (one rule; `skipped_tasks` counts them for the output):
 
@@ -30,14 +32,15 @@ from __future__ import annotations
 import platform
 import re
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from provisioner.inventory.loader import LoadedSite
-from provisioner.state.dir import location
+from provisioner.state.dir import lab_overlay, location
 
 KERNEL_HEADERS_TAG = "needs_kernel_headers"
 LAB_SKIP_TAGS: tuple[str, ...] = ("needs_gpu", "needs_cluster", "needs_nic", "needs_kernel")
@@ -64,6 +67,8 @@ class Profile:
     state_path: Path
     os_timeout_s: float
     skip_tags: tuple[str, ...]
+    # switches the lab stands in for (lab/switch.py) -> the CLI dialect the stand-in speaks
+    stand_ins: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def os_install(self) -> str:
@@ -72,15 +77,32 @@ class Profile:
 
 def for_site(loaded: LoadedSite, *, lab: bool | None = None) -> Profile:
     """The profile of a run: the lab when asked (`--lab`), or when `provision lab up` runs
-    for this site (its overlay is applied); real otherwise. The lab's state is a separate,
+    for this site (its overlay is there); real otherwise. The lab's state is a separate,
     throwaway store that goes with `provision lab down`."""
-    in_lab = bool(loaded.lab_hosts) if lab is None else lab
+    overlay = lab_overlay(loaded.base_dir.resolve())
+    in_lab = overlay.is_file() if lab is None else lab
     base = location(loaded.base_dir.resolve())
     return Profile(lab=in_lab,
                    state_path=base / "lab" / "state.db" if in_lab else base / "state.db",
                    os_timeout_s=(LAB_OS_TIMEOUT_S if in_lab
                                  else loaded.site.provisioning.os_timeout_s),
-                   skip_tags=lab_skip_tags() if in_lab else ())
+                   skip_tags=lab_skip_tags() if in_lab else (),
+                   stand_ins=_stand_ins(overlay) if in_lab else {})
+
+
+def _stand_ins(overlay: Path) -> dict[str, str]:
+    """The switches the running lab stands in for, from its overlay (`switches:`, written
+    by lab/switch.overlay): name -> the stand-in's dialect; none without the file (a profile
+    asked for with lab=True); a damaged file is refused where the site is loaded with it
+    (lab/overlay.read), not here."""
+    try:
+        data = yaml.safe_load(overlay.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    switches = data.get("switches") if isinstance(data, dict) else None
+    return {str(name): str(sw["stand_in"]) for name, sw in
+            (switches.items() if isinstance(switches, dict) else ())
+            if isinstance(sw, dict) and sw.get("stand_in")}
 
 
 def lab_kernel_headers(release: str | None = None) -> str | None:

@@ -10,17 +10,22 @@ from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
 
 import click
 import typer
 
-from provisioner import power, resources
-from provisioner.console import Console
+from provisioner import resources
 from provisioner.errors import ExitCode, ProvisionerError
-from provisioner.inventory import Finding, LoadedSite
-from provisioner.inventory.findings import errors
-from provisioner.inventory.valid import load_valid, refusing
+
+if TYPE_CHECKING:
+    from provisioner import power
+    from provisioner.console import Console
+    from provisioner.inventory import Finding, LoadedSite
+
+# Every command module imports this one: what it needs only once a command runs (the
+# inventory's models, the console) is imported there, so that a command starts in the
+# time its own imports take (tests/unit/test_cli_startup.py).
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -53,14 +58,30 @@ def resolve_site(arg: Path | None) -> Path:
 
 def load_checked(site: Path | None, basis: power.Basis = "nameplate") -> LoadedSite:
     """The site a command acts on: resolved, loaded and checked as `provision validate`
-    checks it; refused (exit 3, validate's errors) when validate would say it is invalid.
+    checks it (the site as written); refused (exit 3, validate's errors) when validate would
+    say it is invalid. Where `provision lab up` runs a lab for it, the site the command gets
+    is that one with the lab's endpoints (lab/overlay.py), and profile.for_site says lab.
     Every command that reads a site comes through here (tests/unit/test_one_truth.py)."""
-    return load_valid(resolve_site(site), basis)
+    from provisioner.inventory.valid import load_valid
+    from provisioner.state.dir import lab_overlay
+
+    path = resolve_site(site)
+    loaded = load_valid(path, basis)
+    if not lab_overlay(loaded.base_dir.resolve()).is_file():
+        return loaded
+    # the lab's package is imported only where a lab runs (every command's start pays for
+    # what it imports)
+    from provisioner.lab import overlay
+
+    return overlay.load(path)
 
 
 def exit_code(findings: list[Finding]) -> ExitCode:
     """validate's verdict on its findings: 3 when every command refuses the site
     (inventory.refusing), else 4 when racks are over budget, else 0 (warnings allowed)."""
+    from provisioner.inventory.findings import errors
+    from provisioner.inventory.valid import refusing
+
     if refusing(findings):
         return ExitCode.INVENTORY
     return ExitCode.BUDGET if errors(findings) else ExitCode.OK
@@ -77,6 +98,8 @@ STATE = State()
 
 
 def console(json_mode: bool = False) -> Console:
+    from provisioner.console import Console
+
     return Console(json_mode=json_mode, no_color=STATE.no_color)
 
 

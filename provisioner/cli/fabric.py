@@ -114,8 +114,9 @@ def _run(site: Path | None, push: bool, dry_run: bool, limit: str | None,
     loaded = load_checked(site)
     prof = profile.for_site(loaded)
     results = ops.run(loaded, os.environ, push=push, dry_run=dry_run, limit=limit,
-                      store=StateStore(prof.state_path) if push else None, prune=prune)
-    notes = standins.notes(loaded, [r.switch for r in results], lab=prof.lab, live=False)
+                      store=StateStore(prof.state_path) if push else None, prune=prune,
+                      stand_ins=prof.stand_ins)
+    notes = standins.notes(loaded, [r.switch for r in results], prof, live=False)
     out = console(json_out)
     failed = [r for r in results if not r.ok]
     code = ExitCode.FABRIC if failed else ExitCode.OK

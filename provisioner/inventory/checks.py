@@ -229,9 +229,12 @@ def _networks(loaded: LoadedSite, emit: Emit) -> None:
                 if net_name not in nets:
                     emit("unknown-network", ("placements", i, "nodes", j, "macs", net_name),
                          f"MAC given for unknown network '{net_name}'", at_key=True)
-            if node.bmc is not None and oob and node.hostname not in loaded.lab_hosts:
+            if node.bmc is not None and oob:
                 bip = ip_or_none(node.bmc.address)
-                if bip is None:
+                # a BMC on loopback is reached through a local forward (an SSH tunnel to
+                # the out-of-band network, the lab's emulators): where the forward lands
+                # is not the inventory's to say
+                if bip is None or bip.is_loopback:
                     continue
                 if not any(bip in n.cidr for n in oob):
                     emit("address-outside-cidr", ("placements", i, "nodes", j, "bmc", "address"),

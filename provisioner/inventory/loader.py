@@ -10,8 +10,8 @@ before it is parsed (bench/inventory_scale.py measures both).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,6 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from provisioner import outdir, resources
 from provisioner.errors import InventoryError
-from provisioner.inventory import lab_overlay
 from provisioner.inventory.findings import Finding, Location, Severity
 from provisioner.inventory.models import BlockType, Placement, Site
 from provisioner.inventory.sourcemap import PathPart, SourceMap, _Part
@@ -31,7 +30,6 @@ from provisioner.inventory.yamlsafe import (
     Loader,
     available_memory_bytes,
     check_memory,
-    fail,
     gc_paused,
     memory_error,
     node_budget,
@@ -61,9 +59,6 @@ class LoadedSite:
     sources: SourceMap
     root: Path
     warnings: tuple[Finding, ...] = ()
-    lab_hosts: frozenset[str] = frozenset()  # nodes whose BMC endpoint the lab overlay set
-    # switches the lab stands in for (lab/switch.py) -> the CLI dialect the stand-in speaks
-    lab_switches: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def base_dir(self) -> Path:
@@ -270,42 +265,26 @@ def _schema_findings(exc: ValidationError, smap: SourceMap) -> list[Finding]:
     return findings
 
 
-# ---------------------------------------------------------------- lab overlay
-
-
-def _apply_lab_overlay(merged: dict[str, Any], base_dir: Path
-                       ) -> tuple[frozenset[str], dict[str, str]]:
-    """Replace BMC endpoints (and switch management endpoints) with the running lab's
-    (see provisioner/lab). Returns the nodes whose BMC it set and the stood-in switches."""
-    site = merged.get("site")
-    rel = site.get("lab_overlay") if isinstance(site, dict) else None
-    if not isinstance(rel, str) or rel.startswith("/"):
-        return frozenset(), {}
-    path = base_dir / rel
-    if not path.is_file():
-        return frozenset(), {}
-    display = _display(path)
-    data = parse_tree(read_file(path, display), display)[0]
-    if not isinstance(data, dict) or not isinstance(data.get("bmc"), dict):
-        raise fail(display, 1, 1, "the lab overlay is damaged",
-                    "run `provision lab down` and `provision lab up` again")
-    return lab_overlay.apply(merged, data)
-
-
 # ---------------------------------------------------------------- entry point
 
 
-def load(path: str | Path) -> LoadedSite:
+# What a caller changes in the merged data before the schema check (the lab's endpoints:
+# lab/overlay.py); the site's own files are never changed.
+Amend = Callable[[dict[str, Any]], None]
+
+
+def load(path: str | Path, amend: Amend | None = None) -> LoadedSite:
     """Load and schema-check a site; raise InventoryError with findings on any error,
     including a site too large for the memory this process has (refused before parsing
-    when its size says so, else when the memory runs out)."""
+    when its size says so, else when the memory runs out). `amend` changes the merged data
+    first; the schema then checks what it made."""
     root = Path(path)
     files = _inventory_files(root)
     size_bytes = sum(_size(p) for p in files)
     check_memory(_display(root), size_bytes, available_memory_bytes())
     try:
         with gc_paused():
-            return _load(root, files)
+            return _load(root, files, amend)
     except MemoryError:
         pass  # out of the handler first: its traceback holds what was being built
     raise memory_error(_display(root), size_bytes, available_memory_bytes(), ran_out=True)
@@ -334,9 +313,10 @@ def _validate_placements(merged: dict[str, Any]) -> None:
                 continue
 
 
-def _load(root: Path, files: list[Path]) -> LoadedSite:
+def _load(root: Path, files: list[Path], amend: Amend | None) -> LoadedSite:
     merged, smap = _merge(root, files)
-    lab_hosts, lab_switches = _apply_lab_overlay(merged, root if root.is_dir() else root.parent)
+    if amend is not None:
+        amend(merged)
     _validate_placements(merged)
     try:
         site = Site.model_validate(merged)
@@ -357,4 +337,4 @@ def _load(root: Path, files: list[Path]) -> LoadedSite:
                 smap.locate(("catalog", i, "name"))))
         catalog[block.name] = block
     return LoadedSite(site=site, catalog=catalog, sources=smap, root=root,
-                      warnings=tuple(notes), lab_hosts=lab_hosts, lab_switches=lab_switches)
+                      warnings=tuple(notes))

@@ -1,7 +1,7 @@
 """Warnings about how the tool will talk to BMCs: credentials over plain HTTP, or TLS with
-verification turned off. Nodes whose endpoint the running lab set (loopback emulators) are
-exempt: that is what the lab is for. And an error when nodes would be installed with no way
-in (no SSH public key). No I/O."""
+verification turned off, said of the site as written (`validate`; the lab's loopback
+emulators are applied to the site after the checks, lab/overlay.py). And an error when
+nodes would be installed with no way in (no SSH public key). No I/O."""
 
 from __future__ import annotations
 
@@ -20,8 +20,6 @@ def transport_warnings(loaded: LoadedSite, emit: Emit) -> None:
         for j, n in enumerate(p.nodes):
             bmc = n.bmc
             if bmc is None or bmc.protocol is not BmcProtocol.REDFISH:
-                continue
-            if n.hostname in loaded.lab_hosts:
                 continue
             where = ("placements", i, "nodes", j, "bmc")
             if bmc.scheme == "http":

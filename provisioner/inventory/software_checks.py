@@ -190,11 +190,11 @@ def _mirror_without_sources(loaded: LoadedSite, emit: Emit) -> None:
     """A site with its own apt mirror is often air-gapped: what it leaves unset comes from
     the internet (sources.py), which such a site cannot reach. Without NTP servers chrony
     gets only the distribution's pool, so the nodes' clocks drift apart and kubeadm's and
-    etcd's certificates fail as not yet valid. The lab's mirror (its overlay) is not said:
-    the lab has no internet and no time source by design."""
+    etcd's certificates fail as not yet valid. Said of the site as written (`validate`):
+    the lab's own mirror, which the CLI applies after the checks, is not the site's."""
 
     sw = loaded.site.software
-    if sw.mirror is None or loaded.lab_hosts:
+    if sw.mirror is None:
         return
     src, k8s = sw.sources, sw.kubernetes
     unset = [name for name, needed in (

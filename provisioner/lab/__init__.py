@@ -6,8 +6,8 @@
   power and boot state in files (`ipmi/<host>/chassis/{power,boot,history}`).
 - Optional latency proxy in front of every BMC (`--latency-ms`).
 
-`lab up` writes the endpoints into an overlay that the site's inventory names
-(`site.lab_overlay`), with a random password in a 0600 file, and records every PID with its
+`lab up` writes the endpoints into an overlay in the lab's part of .provision/ (overlay.py
+reads it back for the CLI), with a random password in a 0600 file, and records every PID with its
 start time as each starts (lab.json, with the `lab up` itself while it is starting); `lab
 down` stops exactly those processes, also those of an `up` that failed or was killed.
 """
@@ -41,6 +41,7 @@ from provisioner.lab import emulators, limits, procs
 from provisioner.lab import execution as execution_mod
 from provisioner.lab import hosts as hosts_mod
 from provisioner.lab import mirror as mirror_mod
+from provisioner.lab import overlay as overlay_mod
 from provisioner.lab import shapes as lab_shapes
 from provisioner.lab import switch as switch_mod
 from provisioner.lab.labstate import LabProcess as LabProcess
@@ -106,11 +107,7 @@ def status(loaded: LoadedSite) -> LabState | None:
 def up(loaded: LoadedSite, *, latency_ms: int = 0, start_timeout_s: float = 30.0,
        ssh_hosts: bool = False, rootfs_cache: Path | None = None) -> LabState:
     """Start every node's BMC emulator (and, with ssh_hosts, an SSH test host per server);
-    write the overlay the inventory refers to."""
-    if loaded.site.site.lab_overlay is None:
-        raise ConfigError(
-            f"site {loaded.site.site.name} does not name a lab overlay",
-            hint="add `lab_overlay: .provision/lab/overlay.yaml` under site: to use the lab")
+    write the overlay (overlay.py) that the CLI applies to the site while the lab runs."""
     emulators.require_lab_extra()
     current = status(loaded)
     if current is not None and current.anything_runs():
@@ -311,8 +308,7 @@ def write_overlay(loaded: LoadedSite, state: LabState) -> None:
 
 
 def _write_overlay(loaded: LoadedSite, state: LabState, pw_file: Path) -> None:
-    overlay_path = overlay_file(loaded)
-    assert overlay_path is not None
+    overlay_path = overlay_mod.path_of(loaded.base_dir)
     bmc = {}
     for host, ep in state.endpoints.items():
         entry = {k: v for k, v in ep.items() if k in ("address", "port", "scheme", "system_id",
@@ -336,13 +332,7 @@ def _write_overlay(loaded: LoadedSite, state: LabState, pw_file: Path) -> None:
                            "mirror_suites": list(mirror_mod.SUITES)}
     doc |= execution_mod.overlay(lab_dir(loaded), state.execution_hosts)
     overlay_path.parent.mkdir(parents=True, exist_ok=True)
-    overlay_path.write_text("# Written by `provision lab up`; removed by `provision lab down`.\n"
-                            + yaml.safe_dump(doc, sort_keys=True))
-
-
-def overlay_file(loaded: LoadedSite) -> Path | None:
-    rel = loaded.site.site.lab_overlay
-    return None if rel is None else loaded.base_dir.resolve() / rel
+    overlay_path.write_text(overlay_mod.HEADER + yaml.safe_dump(doc, sort_keys=True))
 
 
 def _stop(state: LabState, grace_s: float = 5.0) -> list[LabProcess]:
@@ -369,9 +359,7 @@ def down(loaded: LoadedSite) -> list[LabProcess]:
     """Stop the lab's processes and remove its state and overlay."""
     state = status(loaded)
     stopped = _stop(state) if state else []
-    overlay = overlay_file(loaded)
-    if overlay is not None:
-        overlay.unlink(missing_ok=True)
+    overlay_mod.path_of(loaded.base_dir).unlink(missing_ok=True)
     shutil.rmtree(lab_dir(loaded), ignore_errors=True)
     return stopped
 

@@ -55,14 +55,14 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
 
     def read_switch(name: str) -> SwitchQos | str:
         nos = specs[name].nos
-        stand_in = loaded.lab_switches.get(name)
+        stand_in = prof.stand_ins.get(name)
         if stand_in:
             return (f"lab stand-in speaking {stand_in} for a {nos} switch: it carries no "
                     "RoCE QoS")
         if nos not in QOS_OSES:
             return f"{nos} configs carry no RoCE QoS"
         try:
-            drv = connect(ops.endpoint(loaded, name, logins, timeout_s))
+            drv = connect(ops.endpoint(loaded, name, logins, timeout_s, prof.stand_ins))
         except ProvisionerError as exc:
             return str(exc)
         try:
@@ -115,7 +115,7 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
             found += compare_live(policy, lk.node, lk.nic, h.mtu_bytes, h.qos, lk.switch,
                                   lk.switch_port, qos)
     return LiveReport(count, tuple(found), tuple(unknown),
-                      tuple(standins.notes(loaded, switches, lab=prof.lab, live=True)))
+                      tuple(standins.notes(loaded, switches, prof, live=True)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,12 +50,14 @@ class Target:
     stands_in_for: str | None = None
 
 
-def targets(loaded: LoadedSite, nodes: Collection[str] | None = None) -> dict[str, Target]:
+def targets(loaded: LoadedSite, nodes: Collection[str] | None = None,
+            stand_ins: Mapping[str, str] | None = None) -> dict[str, Target]:
     """Each switch's target; with `nodes`, the config of their ports alone (plus the
-    switch-wide QoS the OS renders with any port), so a push touches no other port."""
+    switch-wide QoS the OS renders with any port), so a push touches no other port.
+    `stand_ins` (profile.Profile): the lab's switches answered in another dialect."""
     out = {}
     for r in fabric.render_all(loaded, nodes):
-        stand_in = loaded.lab_switches.get(r.spec.hostname)
+        stand_in = (stand_ins or {}).get(r.spec.hostname)
         if stand_in and stand_in != r.spec.nos and stand_in in fabric.RENDERERS:
             spec = replace(r.spec, nos=stand_in)
             out[r.spec.hostname] = Target(stand_in, fabric.RENDERERS[stand_in].render(spec),
@@ -66,7 +68,7 @@ def targets(loaded: LoadedSite, nodes: Collection[str] | None = None) -> dict[st
 
 
 def endpoint(loaded: LoadedSite, hostname: str, logins: CredentialResolver,
-             timeout_s: float = 20.0) -> Endpoint:
+             timeout_s: float = 20.0, stand_ins: Mapping[str, str] | None = None) -> Endpoint:
     site = loaded.site
     ep = endpoints(site, loaded.catalog)[hostname]
     mgmt = ep.node.management
@@ -79,7 +81,7 @@ def endpoint(loaded: LoadedSite, hostname: str, logins: CredentialResolver,
         raise FabricError(f"{hostname}: no management address",
                           hint="set management.address or an address on the management network")
     login = logins.login(mgmt.credentials, user_of=hostname)
-    nos = loaded.lab_switches.get(hostname) or mgmt.os
+    nos = (stand_ins or {}).get(hostname) or mgmt.os
     return Endpoint(hostname, nos, address, mgmt.port, login.username, login.password,
                     timeout_s)
 
@@ -94,18 +96,19 @@ def refuse_inventory_errors(loaded: LoadedSite) -> None:
 def outcomes(loaded: LoadedSite, env: Mapping[str, str], names: Sequence[str], *,
              push: bool, connect: DriverFactory = netmiko_factory, max_parallel: int = 8,
              timeout_s: float = 20.0,
-             nodes: Collection[str] | None = None, prune: bool = False) -> list[SwitchOutcome]:
+             nodes: Collection[str] | None = None, prune: bool = False,
+             stand_ins: Mapping[str, str] | None = None) -> list[SwitchOutcome]:
     """Diff (push=False) or push these switches, in parallel on the engine's fan-out; one
     switch's failure never stops the others. Takes no lock and records nothing: the caller
     does (`run` below, or the fabric step of `up`). With `nodes`, only their ports; with
     `prune`, a CLI switch's stale lines (cli_diff.stale) go too."""
-    todo = targets(loaded, nodes)
+    todo = targets(loaded, nodes, stand_ins)
     logins = CredentialResolver(loaded, env)
 
     def one(name: str) -> SwitchOutcome:
         t = todo[name]
         try:
-            ep = endpoint(loaded, name, logins, timeout_s)
+            ep = endpoint(loaded, name, logins, timeout_s, stand_ins)
             drv = connect(ep)
         except ProvisionerError as exc:
             return SwitchOutcome(name, t.nos, "failed", error=str(exc))
@@ -134,7 +137,8 @@ def outcomes(loaded: LoadedSite, env: Mapping[str, str], names: Sequence[str], *
 def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool = False,
         limit: str | None = None, connect: DriverFactory = netmiko_factory,
         max_parallel: int = 8, timeout_s: float = 20.0,
-        store: StateStore | None = None, prune: bool = False) -> list[SwitchOutcome]:
+        store: StateStore | None = None, prune: bool = False,
+        stand_ins: Mapping[str, str] | None = None) -> list[SwitchOutcome]:
     """Diff (or push) every selected switch. With `store`, a push takes the site's lock and
     records a run with one event per switch."""
     refuse_inventory_errors(loaded)
@@ -146,7 +150,8 @@ def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool
 
     def fan() -> list[SwitchOutcome]:
         return outcomes(loaded, env, names, push=push and not dry_run, connect=connect,
-                        max_parallel=max_parallel, timeout_s=timeout_s, prune=prune)
+                        max_parallel=max_parallel, timeout_s=timeout_s, prune=prune,
+                        stand_ins=stand_ins)
 
     if store is None or not push or dry_run:
         return fan()

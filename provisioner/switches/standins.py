@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from provisioner import fabric
 from provisioner.inventory.loader import LoadedSite
+from provisioner.profile import Profile
 
 # the dialect a stand-in speaks -> what answers, as the operator knows it
 STAND_INS = {"cisco_ios": "FRRouting's vtysh (IOS-style CLI)"}
@@ -24,17 +25,18 @@ OS_NAMES = {"cumulus": "Cumulus Linux (NVUE)", "onyx": "NVIDIA Onyx", "sonic": "
 ROCE_SETTINGS = "PFC, ECN, the DSCP map, DSCP trust and the port MTU"
 
 
-def notes(loaded: LoadedSite, names: Iterable[str], *, lab: bool, live: bool) -> list[str]:
+def notes(loaded: LoadedSite, names: Iterable[str], prof: Profile, *, live: bool
+          ) -> list[str]:
     """One line per switch of `names` that a stand-in answers for (or, in the lab, that
     none does): what it is, and what `fabric check --live` (live) or diff/push cannot
     compare or send on it."""
     specs = {s.hostname: s.nos for s in fabric.switch_specs(loaded)}
     out = []
     for name in sorted(set(names)):
-        stand_in = loaded.lab_switches.get(name)
+        stand_in = prof.stand_ins.get(name)
         own = specs.get(name)
         if not stand_in:
-            if lab:
+            if prof.lab:
                 out.append(f"lab: {name} has no stand-in (`provision lab up --ssh-hosts` "
                            "starts them): it cannot be reached from the lab")
             continue

@@ -20,8 +20,8 @@ from typing import Any
 
 from provisioner import lab as lab_mod
 from provisioner.credentials import CredentialResolver
-from provisioner.inventory import load
 from provisioner.lab import unknown
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.state import StateStore
 from provisioner.switches import cli_diff, ops
 from provisioner.switches.base import SwitchDriver

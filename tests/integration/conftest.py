@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from provisioner import lab as lab_mod
-from provisioner.inventory import load
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.profile import for_site
 from tests.conftest import EXAMPLE, ROOT, requires_ipmi_sim
 
@@ -97,10 +97,10 @@ def control_planes_upgraded(site: Path, bundle: str) -> list[str]:
     """The site's servers recorded ready (the nodes were brought up earlier: test_up shows
     that run) and its control planes recorded on `bundle`, as an upgrade run that stopped
     after them leaves them; the servers' names."""
-    from provisioner.inventory import load
     from provisioner.inventory.bundle_models import load_bundle
     from provisioner.inventory.models import Role
     from provisioner.inventory.topology import servers
+    from provisioner.lab.overlay import load  # the site with the running lab's endpoints
     from provisioner.lifecycle import Phase
     from provisioner.profile import for_site
     from provisioner.state import StateStore

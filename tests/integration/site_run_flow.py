@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from provisioner import profile, render, results, runner
-from provisioner.inventory import load
 from provisioner.lab import mirror
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.state.dir import state_dir
 from provisioner.workflows.up import state_path
 from tests.integration.conftest import provision

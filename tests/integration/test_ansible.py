@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from provisioner import render, runner
-from provisioner.inventory import load
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from tests.conftest import EXAMPLE, FIXTURES, ROOT
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from provisioner import lab as lab_mod
-from provisioner.inventory import load
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.workflows.steps.bmc import blocked_racks
 from tests.conftest import FIXTURES
 from tests.integration.conftest import provision, requires_ipmi_sim

@@ -18,8 +18,9 @@ from provisioner import lab as lab_mod
 from provisioner.bmc import BootDevice, BootMode, PowerAction, PowerState
 from provisioner.bmc.retry import RetryPolicy
 from provisioner.errors import BmcUnreachable
-from provisioner.inventory import load, topology
+from provisioner.inventory import topology
 from provisioner.lab import redfish_shape
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.workflows.steps.bmc import compare_facts
 from tests.integration.conftest import provision, requires_ipmi_sim
 

@@ -15,9 +15,9 @@ import pytest
 
 from provisioner import lab as lab_mod
 from provisioner import render
-from provisioner.inventory import load
 from provisioner.inventory.topology import servers
 from provisioner.lab import execution as lab_execution
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.lifecycle import Phase
 from provisioner.profile import for_site
 from provisioner.state import StateStore

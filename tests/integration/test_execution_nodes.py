@@ -23,9 +23,9 @@ from provisioner import render, runner
 from provisioner.execution import dispatch
 from provisioner.execution import doctor as doctor_mod
 from provisioner.execution.stream import ssh_argv
-from provisioner.inventory import load
 from provisioner.lab import execution as lab_execution
 from provisioner.lab import wheelhouse
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from tests.conftest import EXAMPLE, add_provisioning, requires_ssh_hosts
 from tests.integration.conftest import provision, requires_ipmi_sim
 

@@ -26,8 +26,8 @@ import pytest
 from provisioner import lab as lab_mod
 from provisioner import pids
 from provisioner.errors import ConfigError
-from provisioner.inventory import load
 from provisioner.lab import hostwatch, limits, orphans
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from tests.conftest import ROOT, requires_ssh_hosts
 from tests.integration.conftest import provision, requires_ipmi_sim
 
@@ -41,7 +41,7 @@ def write_site(base: Path) -> Path:
     """(`base` short: gpg's agent socket lives under the lab's directory, at most 108
     bytes.) Three IPMI nodes (ipmi_sim starts at once) on a management network no lab uses."""
     third = secrets.randbelow(200) + 20
-    lines = ["site: {name: health, lab_overlay: .provision/lab/overlay.yaml,",
+    lines = ["site: {name: health,",
              f"       ssh: {{authorized_keys: ['{KEY}']}}}}",
              "credentials:",
              "  bmc: {username: admin, password: {env: HEALTH_UNUSED_PASSWORD}}",

@@ -20,7 +20,7 @@ import yaml
 
 from provisioner import boot
 from provisioner.errors import ConfigError, RenderError
-from provisioner.inventory import load
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.render import pxe
 from tests.conftest import EXAMPLE, ROOT, requires_dnsmasq, requires_peer, requires_root
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from provisioner import lab as lab_mod
-from provisioner.inventory import load
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.state import StateStore
 from provisioner.workflows import report
 from provisioner.workflows.up import LAB_OS_NOTE, state_path

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from provisioner.inventory import load
 from provisioner.lab import hosts
 from provisioner.lab.emulators import write_sushy_config
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.profile import for_site
 from provisioner.state import StateStore
 from provisioner.workflows.engine import Journal

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from provisioner.errors import KubeError
-from provisioner.inventory import load
 from provisioner.kube.official import OfficialClient
 from provisioner.kube.standin import StandInApiServer, world
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.lifecycle import Phase
 from provisioner.profile import for_site
 from provisioner.secrets import write_private

@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 import yaml
 
-from provisioner.inventory import load
 from provisioner.inventory.bundle_models import load_bundle
 from provisioner.kube.standin import StandInApiServer, world
+from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.profile import for_site
 from provisioner.state import StateStore
 from provisioner.upgrade.host import AnsibleInstaller

@@ -87,12 +87,9 @@ def test_no_node_about_to_be_configured_means_no_fabric_step(tmp_path: Path) -> 
 
 
 def test_a_lab_stand_in_gets_its_own_dialect_for_the_same_ports(tmp_path: Path) -> None:
-    from dataclasses import replace
-
     from provisioner.switches import ops
 
-    loaded = replace(load(_copy(tmp_path)), lab_switches={"leaf01": "cisco_ios"})
-    t = ops.targets(loaded)["leaf01"]
+    t = ops.targets(load(_copy(tmp_path)), stand_ins={"leaf01": "cisco_ios"})["leaf01"]
     assert (t.nos, t.stands_in_for) == ("cisco_ios", "cumulus")
     assert "interface swp1s0\n description dgx01 roce" in t.text
     assert ops.targets(load(_copy(tmp_path / "b")))["leaf01"].nos == "cumulus"
@@ -114,8 +111,6 @@ def test_adding_a_node_pushes_its_ports_alone_not_the_drift_of_others() -> None:
     """`add`'s fabric step (ports_only) renders the new node's ports with the switch-wide
     QoS and nothing else: on a switch where another port drifted, the lines sent are the
     new port's only (the drift is `fabric push`'s to repair, not an addition's)."""
-    from dataclasses import replace
-
     from provisioner.switches import cli_diff, ops
 
     loaded = load(EXAMPLE)
@@ -124,10 +119,11 @@ def test_adding_a_node_pushes_its_ports_alone_not_the_drift_of_others() -> None:
     # NVUE's switch-wide RoCE QoS comes with the port (`nv config patch` merges it)
     assert "roce" in mine.text and "swp2s0" in full.text
     assert "leaf01" not in ops.targets(loaded, {"cp01"})  # no RoCE port: no switch touched
-    stand_in = replace(loaded, lab_switches={"leaf01": "cisco_ios"})
-    drifted = ops.targets(stand_in)["leaf01"].text.replace(" description dgx01 roce\n", "")
+    stand_in = {"leaf01": "cisco_ios"}
+    drifted = ops.targets(loaded, stand_ins=stand_in)["leaf01"].text.replace(
+        " description dgx01 roce\n", "")
     running = drifted.replace(" description dgx02 roce\n", "")  # dgx02 is being added
-    sent = cli_diff.plan(ops.targets(stand_in, {"dgx02"})["leaf01"].text, running)
+    sent = cli_diff.plan(ops.targets(loaded, {"dgx02"}, stand_in)["leaf01"].text, running)
     assert sent == ["interface swp2s0", "description dgx02 roce"]
-    assert "description dgx01 roce" in cli_diff.plan(ops.targets(stand_in)["leaf01"].text,
-                                                     running)  # a whole push would repair it
+    assert "description dgx01 roce" in cli_diff.plan(
+        ops.targets(loaded, stand_ins=stand_in)["leaf01"].text, running)  # a push repairs it

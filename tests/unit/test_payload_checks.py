@@ -271,7 +271,7 @@ def test_the_mirror_suites_are_named_once_and_only_with_a_mirror(tmp_path):
 def test_the_lab_serves_its_own_suites_in_place_of_a_sites():
     """A site's mirror_suites name its own mirror's; under the lab's overlay the lab mirror's
     replace them, and a site without them keeps the role's default."""
-    from provisioner.inventory import lab_overlay
+    from provisioner.lab import overlay as lab_overlay
     lab = {"bmc": {}, "software": {"mirror": "http://10.250.0.1:8000/", "mirror_key": "k.asc",
                                    "mirror_suites": ["bookworm", "bookworm-updates"]}}
     own = {"software": {"mirror": "http://mirror.site/ubuntu", "mirror_suites": ["jammy"]}}

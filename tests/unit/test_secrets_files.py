@@ -75,18 +75,22 @@ def test_validate_warns_on_plain_http_and_unverified_tls(write_site, bmc, code):
     assert "gpu01" in warns[0]["message"]
 
 
-def test_no_transport_warning_for_https_or_the_lab(tmp_path):
+def test_transport_warnings_are_said_of_the_site_as_written_while_a_lab_runs(tmp_path):
+    """validate checks the site as written: its plain-HTTP BMC is said while a lab runs for
+    it too, and the lab's own plain-HTTP emulators (applied after the checks) are not."""
+    from provisioner.lab import overlay
+
     site = tmp_path / "site.yaml"
-    site.write_text(VALID.replace(REDFISH, REDFISH.replace("}", ", scheme: http}")).replace(
-        "site: {name: fixture,", "site: {name: fixture, lab_overlay: lab.yaml,"))
-    assert "lab_overlay" in site.read_text()
+    site.write_text(VALID.replace(REDFISH, REDFISH.replace("}", ", scheme: http}")))
     assert any(f.code == "bmc-plain-http" for f in check(load(site)))
-    (tmp_path / "lab.yaml").write_text(
-        "bmc:\n  gpu01: {address: 127.0.0.1, port: 8000, scheme: http}\n")
-    assert not any(f.code.startswith("bmc-") for f in check(load(site)))
-    (tmp_path / "lab.yaml").unlink()
+    lab = overlay.path_of(tmp_path)
+    lab.parent.mkdir(parents=True)
+    lab.write_text("bmc:\n  gpu01: {address: 127.0.0.1, port: 8000, scheme: http}\n")
+    assert any(f.code == "bmc-plain-http" for f in check(load(site)))
     site.write_text(VALID)
     assert not any(f.code.startswith("bmc-") for f in check(load(site)))
+    lab_site = overlay.load(site)
+    assert lab_site.site.placements[0].nodes[0].bmc.scheme == "http"  # the lab's endpoint
 
 
 def test_state_dir_that_cannot_be_made_is_a_state_error(tmp_path):

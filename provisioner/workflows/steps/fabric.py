@@ -72,7 +72,7 @@ def run(ctx: Context, hosts: Sequence[str],
                 journal.fail(host, STEP, "fabric check: " + "; ".join(bad_hosts[host][:3]))
         return []
     if ctx.profile.lab:  # only the lab's stand-ins can be reached from the lab
-        for switch in sorted(set(on) - set(ctx.loaded.lab_switches)):
+        for switch in sorted(set(on) - set(ctx.profile.stand_ins)):
             journal.note(switch, STEP, "fabric_not_pushed", "lab: no stand-in for this "
                          "switch (`provision lab up --ssh-hosts` starts them); not pushed")
             on.pop(switch)
@@ -81,8 +81,8 @@ def run(ctx: Context, hosts: Sequence[str],
         journal.emit(Progress(name, STEP, "start", "check passed; diff and push"))
     nodes = sorted(set().union(*on.values())) if ports_only else None
     done = ops.outcomes(ctx.loaded, ctx.env, names, push=True, connect=connect,
-                        timeout_s=timeout_s, nodes=nodes)
-    targets = ops.targets(ctx.loaded)
+                        timeout_s=timeout_s, nodes=nodes, stand_ins=ctx.profile.stand_ins)
+    targets = ops.targets(ctx.loaded, stand_ins=ctx.profile.stand_ins)
     for o in done:
         journal.store.record(o.switch, "fabric_push", asdict(o) | (
             {"ports_of": sorted(on[o.switch])} if ports_only else {}), run_id=journal.run_id)
