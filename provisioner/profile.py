@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from provisioner.inventory.loader import LoadedSite
-from provisioner.state.dir import lab_overlay, location
+from provisioner.state.dir import location, running_lab_file
 
 KERNEL_HEADERS_TAG = "needs_kernel_headers"
 LAB_SKIP_TAGS: tuple[str, ...] = ("needs_gpu", "needs_cluster", "needs_nic", "needs_kernel")
@@ -79,7 +79,7 @@ def for_site(loaded: LoadedSite, *, lab: bool | None = None) -> Profile:
     """The profile of a run: the lab when asked (`--lab`), or when `provision lab up` runs
     for this site (its overlay is there); real otherwise. The lab's state is a separate,
     throwaway store that goes with `provision lab down`."""
-    overlay = lab_overlay(loaded.base_dir.resolve())
+    overlay = running_lab_file(loaded.base_dir.resolve())
     in_lab = overlay.is_file() if lab is None else lab
     base = location(loaded.base_dir.resolve())
     return Profile(lab=in_lab,

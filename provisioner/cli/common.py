@@ -63,11 +63,11 @@ def load_checked(site: Path | None, basis: power.Basis = "nameplate") -> LoadedS
     is that one with the lab's endpoints (lab/overlay.py), and profile.for_site says lab.
     Every command that reads a site comes through here (tests/unit/test_one_truth.py)."""
     from provisioner.inventory.valid import load_valid
-    from provisioner.state.dir import lab_overlay
+    from provisioner.state.dir import running_lab_file
 
     path = resolve_site(site)
     loaded = load_valid(path, basis)
-    if not lab_overlay(loaded.base_dir.resolve()).is_file():
+    if not running_lab_file(loaded.base_dir.resolve()).is_file():
         return loaded
     # the lab's package is imported only where a lab runs (every command's start pays for
     # what it imports)

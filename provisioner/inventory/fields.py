@@ -28,7 +28,7 @@ Audit of the models' free-text fields (what each one reaches, and why it is safe
     Credentials.username   sent to the BMC or switch: no control characters
   checked by the general types below (host and other names, RFC 1123; MACs; addresses
     and CIDRs, typed) or in the models: versions and interface names
-    (software_models.py), ssh.user, lab_overlay, enums.
+    (software_models.py), ssh.user, enums.
   safe without a pattern (never rendered, never on a command line): BlockType.description,
     estimated, sources, Nic.model, Feed.name, SiteMeta.description (reports only; the
     console escapes markup); SecretRef.file/vault and Tls.ca_bundle (paths the tool itself

@@ -368,9 +368,6 @@ class SiteMeta(Model):
     name: Name
     description: str = ""
     ssh: Ssh = Ssh()
-    # No longer read (accepted so that sites naming it still load): `provision lab up` keeps
-    # its overlay in .provision/lab/overlay.yaml (lab/overlay.py) for any site.
-    lab_overlay: str | None = Field(default=None, pattern=r"^[^/].*\.ya?ml$")
 
 
 class Site(Model):

@@ -1,6 +1,6 @@
 """What a running lab changes in its site, and the site with those changes: BMC and switch
 endpoints, the lab's credentials, SSH login, apt mirror and execution nodes. `lab up` writes
-the overlay (lab/__init__.py) into the lab's part of .provision/ (state.dir.lab_overlay);
+the overlay (lab/__init__.py) into the lab's part of .provision/ (state.dir.running_lab_file);
 `lab down` removes it. The inventory loader knows nothing of it: the CLI validates the site
 as written, then, where a lab runs for it, hands the core the site loaded again with the
 overlay applied to its data (`load`), and a profile that says so (profile.for_site).
@@ -14,13 +14,13 @@ from typing import Any
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.loader import load as load_site
 from provisioner.inventory.yamlsafe import fail, parse_tree, read_file
-from provisioner.state.dir import lab_overlay
+from provisioner.state.dir import running_lab_file
 
 HEADER = "# Written by `provision lab up`; removed by `provision lab down`.\n"
 
 
 def path_of(base_dir: Path) -> Path:
-    return lab_overlay(base_dir.resolve())
+    return running_lab_file(base_dir.resolve())
 
 
 def read(base_dir: Path) -> dict[str, Any] | None:

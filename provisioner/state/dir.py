@@ -58,7 +58,7 @@ def location(base_dir: Path) -> Path:
     return resources.writable_base(base_dir) / NAME
 
 
-def lab_overlay(base_dir: Path) -> Path:
+def running_lab_file(base_dir: Path) -> Path:
     """Where a running lab keeps what it changes in the site in `base_dir` (its BMC and
     switch endpoints, login, mirror), not created: in the lab's part of .provision/. The
     file is there exactly while `provision lab up` has a lab running for the site."""
