@@ -42,6 +42,7 @@ from provisioner.lab import execution as execution_mod
 from provisioner.lab import hosts as hosts_mod
 from provisioner.lab import mirror as mirror_mod
 from provisioner.lab import overlay as overlay_mod
+from provisioner.lab import rootfs as rootfs_mod
 from provisioner.lab import shapes as lab_shapes
 from provisioner.lab import switch as switch_mod
 from provisioner.lab.labstate import LabProcess as LabProcess
@@ -230,8 +231,8 @@ def ssh_plan(loaded: LoadedSite) -> tuple[list[tuple[str, IPv4Address]], IPv4Net
 def _start_ssh_hosts(loaded: LoadedSite, lab: Path, state: LabState,
                      rootfs_cache: Path | None, timeout_s: float) -> None:
     plan, network, gateway = ssh_plan(loaded)
-    rootfs = hosts_mod.ensure_rootfs(rootfs_cache)
-    info = mirror_mod.build_lab(loaded, lab, rootfs_cache or hosts_mod.default_cache(), rootfs)
+    rootfs = rootfs_mod.ensure_rootfs(rootfs_cache)
+    info = mirror_mod.build_lab(loaded, lab, rootfs_cache or rootfs_mod.default_cache(), rootfs)
     state.ssh_tag = hashlib.sha1(str(lab).encode()).hexdigest()[:8]  # noqa: S324 - a name
 
     def started(h: hosts_mod.SshHost) -> None:
@@ -259,7 +260,7 @@ def _start_ssh_hosts(loaded: LoadedSite, lab: Path, state: LabState,
 
     execution_mod.start(loaded, lab, state.ssh_tag, rootfs, timeout_s,
                         {h.address for h in state.ssh_hosts}, info.root, state.mirror,
-                        rootfs_cache or hosts_mod.default_cache(), on_start=executor)
+                        rootfs_cache or rootfs_mod.default_cache(), on_start=executor)
 
 
 def _start_switches(loaded: LoadedSite, lab: Path, state: LabState, pw_file: Path,

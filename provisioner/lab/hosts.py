@@ -30,14 +30,9 @@ from typing import Any
 from provisioner import pids
 from provisioner.errors import ConfigError
 from provisioner.lab import hostwatch, orphans
+from provisioner.lab.rootfs import ensure_rootfs
 from provisioner.pids import start_ticks
 
-ROOTFS_SUITE = "bookworm"
-ROOTFS_MIRROR = "http://deb.debian.org/debian"
-# What the roles need on a host without a GPU: sshd, Python with apt bindings, chrony.
-ROOTFS_PACKAGES = ("openssh-server", "python3", "python3-apt", "sudo", "iproute2", "chrony",
-                   "ca-certificates", "kmod", "systemd", "systemd-sysv", "dbus")
-ROOTFS_VERSION = "2"  # bump when the package list changes: the cache is rebuilt
 INSTALL_MARKER = "/etc/provisioner-installed"  # = workflows.steps.guard.MARKER
 # Units that cannot work in a namespace, or must not touch the real machine: consoles,
 # device management, the clock (chrony runs with -x below), networking (set from outside),
@@ -94,10 +89,6 @@ class SshHost:
         return asdict(self)
 
 
-def default_cache() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "provisioner"
-
-
 def _run(argv: Sequence[str], *, check: bool = True, timeout: float = 120,
          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
@@ -106,38 +97,6 @@ def _run(argv: Sequence[str], *, check: bool = True, timeout: float = 120,
         raise ConfigError(f"lab hosts: `{' '.join(argv[:4])}` failed: "
                           f"{(proc.stderr or proc.stdout).strip()[:300]}")
     return proc
-
-
-def ensure_rootfs(cache: Path | None = None) -> Path:
-    """The shared Debian root filesystem, built with debootstrap on first use (a few min)."""
-    return debootstrap_root(f"rootfs-{ROOTFS_SUITE}-v{ROOTFS_VERSION}", ROOTFS_PACKAGES,
-                            cache)
-
-
-def debootstrap_root(name: str, packages: Sequence[str], cache: Path | None = None) -> Path:
-    """A Debian root with `packages` under the cache's `name`, built once (debootstrap) and
-    reused: the namespace hosts' shared root, and the kernel host's (kernel_host.py)."""
-    if os.geteuid() != 0:
-        raise ConfigError("lab hosts need root (network namespaces, overlayfs, chroot)")
-    base = (cache or default_cache()) / name
-    if (base / ".complete").exists():
-        return base
-    if shutil.which("debootstrap") is None:
-        raise ConfigError("debootstrap is not installed",
-                          hint="apt-get install debootstrap (scripts/bootstrap.sh does it)")
-    tmp = base.with_name(base.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    _run(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}",
-          ROOTFS_SUITE, str(tmp), ROOTFS_MIRROR], timeout=1800)
-    # Never start services inside the chroot, and no host keys baked into the image.
-    (tmp / "usr/sbin/policy-rc.d").write_text("#!/bin/sh\nexit 101\n")
-    (tmp / "usr/sbin/policy-rc.d").chmod(0o755)
-    for key in (tmp / "etc/ssh").glob("ssh_host_*"):
-        key.unlink()
-    (tmp / ".complete").write_text(name + "\n")
-    tmp.rename(base)
-    return base
 
 
 def seed_identity(upper: Path, name: str, key: Path) -> None:

@@ -37,14 +37,9 @@ from pathlib import Path
 
 from provisioner import pids
 from provisioner.errors import ConfigError
-from provisioner.lab.hosts import (
-    ROOTFS_SUITE,
-    _run,
-    debootstrap_root,
-    default_cache,
-    seed_identity,
-)
+from provisioner.lab.hosts import _run, seed_identity
 from provisioner.lab.procs import free_ports
+from provisioner.lab.rootfs import ROOTFS_SUITE, debootstrap_root, default_cache
 
 # Debian's kernel and what the roles' kernel-bound steps use: kmod (module loads), procps
 # (sysctl), initramfs-tools (update-initramfs), util-linux (swapon/swapoff, in minbase);

@@ -20,7 +20,7 @@ from pathlib import Path
 from provisioner.errors import ConfigError
 from provisioner.payload import DCGM_APT_EPOCH
 
-SUITE = "bookworm"  # = hosts.ROOTFS_SUITE: the lab hosts' distribution
+SUITE = "bookworm"  # = rootfs.ROOTFS_SUITE: the lab hosts' distribution
 ARCH = "amd64"
 STANDIN_VERSION = "1"  # bump when stand-in contents change: the cache is rebuilt
 MARKER = ("Stand-in built by the provisioner lab (provisioner/lab/standins.py): the real "

@@ -19,7 +19,7 @@ from provisioner.errors import ConfigError
 from provisioner.inventory import topology
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import BlockKind
-from provisioner.lab import emulators, procs, redfish_shape, shapes, wheelhouse
+from provisioner.lab import emulators, procs, redfish_shape, rootfs, shapes, wheelhouse
 from provisioner.lab import hosts as hosts_mod
 from provisioner.lab import mirror as mirror_mod
 
@@ -128,12 +128,12 @@ def adopt(loaded: LoadedSite, hostname: str, address: str, port: int) -> Unknown
         if mgmt is not None:
             used = {int(h.netns.rsplit("-", 1)[-1][6:] or 0) for h in state.ssh_hosts}
             host = hosts_mod.add_host(hostname, mgmt, network, gateway, lab / "ssh",
-                                      hosts_mod.ensure_rootfs(), state.ssh_tag,
+                                      rootfs.ensure_rootfs(), state.ssh_tag,
                                       max(used, default=-1) + 1, record=lab / "lab.json")
             state.ssh_hosts.append(host)
     if state.mirror:  # the grown site may install what the lab's mirror lacks (a new block)
-        info = mirror_mod.build_lab(loaded, lab, hosts_mod.default_cache(),
-                                    hosts_mod.ensure_rootfs())
+        info = mirror_mod.build_lab(loaded, lab, rootfs.default_cache(),
+                                    rootfs.ensure_rootfs())
         state.mirror |= {"real_debs": info.real_debs, "standin_debs": info.standin_debs}
         if state.mirror.get("wheelhouse"):  # the rebuilt root keeps serving the wheels
             wheelhouse.publish(Path(state.mirror["wheelhouse"]), info.root)

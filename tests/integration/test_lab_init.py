@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from provisioner import pids
-from provisioner.lab import hosts, orphans
+from provisioner.lab import hosts, orphans, rootfs
 from tests.conftest import requires_root, scratch_lab_network
 
 pytestmark = requires_root
@@ -33,7 +33,7 @@ def test_a_lab_host_runs_systemd_and_down_ends_all_of_it(tmp_path):
     tag = secrets.token_hex(4)
     network, gateway, address = scratch_lab_network()
     workdir = tmp_path / "a lab dir"  # the launcher quotes every path it is given
-    [host] = hosts.up([("init1", address)], network, gateway, workdir, hosts.ensure_rootfs(),
+    [host] = hosts.up([("init1", address)], network, gateway, workdir, rootfs.ensure_rootfs(),
                       tag, timeout_s=60)
     try:
         key = workdir / "id_ed25519"

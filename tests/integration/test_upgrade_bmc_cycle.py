@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from provisioner.lab import hosts
+from provisioner.lab import hosts, rootfs
 from provisioner.lab.emulators import write_sushy_config
 from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.profile import for_site
@@ -188,7 +188,7 @@ def test_the_os_comes_back_after_the_bmc_cycle(bmc: Any, tmp_path: Path) -> None
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     site = write_site(tmp_path, port, f"{{user: root, private_key_file: {key}, "
                       f"authorized_keys: ['{KEY}']}}", str(network), str(address))
-    assert hosts.up([], network, gateway, work, hosts.ensure_rootfs(), tag) == []  # bridge
+    assert hosts.up([], network, gateway, work, rootfs.ensure_rootfs(), tag) == []  # bridge
     booted: list[hosts.SshHost] = []
     stop = threading.Event()
 
@@ -201,7 +201,7 @@ def test_the_os_comes_back_after_the_bmc_cycle(bmc: Any, tmp_path: Path) -> None
             if stop.wait(0.1):
                 return
         booted.append(hosts.add_host("gpu01", address, network, gateway, work,
-                                     hosts.ensure_rootfs(), tag, 0, timeout_s=60))
+                                     rootfs.ensure_rootfs(), tag, 0, timeout_s=60))
 
     machine = threading.Thread(target=hardware, daemon=True)
     machine.start()
