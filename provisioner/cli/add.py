@@ -4,12 +4,14 @@ and bring up that node alone."""
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from provisioner import discover as discover_mod
 from provisioner import profile as profile_mod
 from provisioner import results
 from provisioner.cli.common import (
@@ -21,12 +23,13 @@ from provisioner.cli.common import (
     load_checked,
 )
 from provisioner.console.discover import add_summary
-from provisioner.discover import add as add_mod
-from provisioner.discover import writeback
+from provisioner.discover.add import AddResult
 from provisioner.errors import ConfigError, ExitCode
-from provisioner.inventory.models import Tls
+from provisioner.inventory.loader import LoadedSite
+from provisioner.lab import unknown
 from provisioner.state import StateStore
-from provisioner.workflows import up as up_mod
+from provisioner.workflows import add as add_wf
+from provisioner.workflows.up import ProgressFn
 
 
 @handle_errors
@@ -80,57 +83,46 @@ def add(
         raise ConfigError("--u needs --rack")
     if scheme not in ("https", "http"):
         raise ConfigError(f"--scheme {scheme!r}: https or http")
-    if mac is not None:
-        add_mod.parse_mac(mac)  # a typo is refused before any BMC is probed
+    opts = add_wf.AddOptions(bmc=bmc, discovered=discovered, block=block, rack=rack, u=u,
+                             name=name, mac=mac, credentials=credentials,
+                             redfish_port=redfish_port, scheme=scheme,
+                             tls_verify=not insecure, apply=yes, bring_up=not no_up)
     loaded = load_checked(site)
     prof = profile_mod.for_site(loaded)
-    store = StateStore(prof.state_path)
-    login = credentials or discover_mod.default_credentials(loaded)
-    if discovered is not None:
-        source = add_mod.from_discovered(store, discovered, login)
-    else:
-        assert bmc is not None
-        plan = discover_mod.ProbePlan(
-            addresses=discover_mod.addresses([f"{bmc}/32"], []),
-            redfish_ports=(redfish_port or (443 if scheme == "https" else 80),),
-            scheme=scheme, timeout_s=3.0, concurrency=2)
-        if (plain := discover_mod.plain_http_warning(plan)) is not None:
-            console(json_out).warn(plain)
-        source = add_mod.from_bmc(loaded, os.environ, store, plan, login,
-                                  Tls(verify=not insecure))
-    if mac is not None:
-        source = add_mod.named_mac(source, mac)
-    result = add_mod.add(loaded, store, source, block=block, rack=rack, u=u, name=name,
-                         credentials=credentials, lab=prof.lab, apply=yes)
-    if not yes:
-        result.patch = patch or Path(f"add-{result.proposal.hostname}.patch")
-        writeback.write_patch(result.change, result.patch)
-    report = results.add_report(loaded.site.site.name, result, block_named=block is not None)
     out = console(json_out)
-    code = ExitCode.OK
-    host = result.proposal.hostname
-    if yes and prof.lab:
-        from provisioner.lab import unknown
 
-        found_at = source.bmc  # the emulator's loopback endpoint discovery found
-        unknown.adopt(load_checked(site), host, found_at.address,
-                      found_at.endpoint_key()[1])
-    if yes and not no_up:
-        grown = load_checked(site)
+    @contextmanager
+    def attach(host: str) -> Iterator[tuple[ProgressFn | None, threading.Event,
+                                            threading.Event]]:
         with graceful_stop("stopping: `provision up --limit " + host + "` resumes",
                            "aborting") as stop, out.up_progress(
                 [host], live=False, json_events=False) as progress:
-            up = up_mod.up(grown, os.environ, up_mod.UpOptions(limit=host, adding=True),
-                           progress=progress, stop=stop, abort=stop.abort,
-                           profile=profile_mod.for_site(grown))
-        report = report.model_copy(update={"up": results.up_report(up)})
-        code = (ExitCode.INTERRUPTED if up.interrupted
-                else ExitCode.NODES_FAILED if up.failed else ExitCode.OK)
-        if not json_out:
-            add_summary(out, report)
-            out.up_result(up)
-    elif not json_out:
-        add_summary(out, report)
+            yield progress, stop, stop.abort
+
+    def adopt(grown: LoadedSite, added: AddResult) -> LoadedSite:
+        """The lab's emulator answers for the new BMC (the one discovery found), and the
+        site the run acts on has it (the lab's overlay, written again)."""
+        found_at = added.source.bmc
+        unknown.adopt(grown, added.proposal.hostname, found_at.address,
+                      found_at.endpoint_key()[1])
+        return load_checked(site)
+
+    done = add_wf.run(loaded, StateStore(prof.state_path), os.environ, opts, prof,
+                      reload=lambda: load_checked(site), adopt=adopt if prof.lab else None,
+                      attach=attach, warn=out.warn)
+    if not yes:
+        add_wf.write_patch(done.added, patch)
+    report = results.add_report(loaded.site.site.name, done.added,
+                                block_named=block is not None)
+    code = ExitCode.OK
+    if done.up is not None:
+        report = report.model_copy(update={"up": results.up_report(done.up)})
+        code = (ExitCode.INTERRUPTED if done.up.interrupted
+                else ExitCode.NODES_FAILED if done.up.failed else ExitCode.OK)
     if json_out:
         out.emit_json(results.dump(report))
+    else:
+        add_summary(out, report)
+        if done.up is not None:
+            out.up_result(done.up)
     raise typer.Exit(int(code))
