@@ -10,7 +10,7 @@ from provisioner.results.base import Out
 
 if TYPE_CHECKING:  # read, not built here: results sit below the workflows
     from provisioner.upgrade.plan import UpgradePlan
-    from provisioner.workflows.upgrade.apply import ApplyResult
+    from provisioner.workflows.upgrade.apply import UpgradeRun
 
 
 class RefusalView(Out):
@@ -124,7 +124,7 @@ def plan_report(p: UpgradePlan) -> UpgradePlanReport:
         planned_s=round(p.planned_s, 1))
 
 
-def upgrade_report(r: ApplyResult) -> UpgradeReport:
+def upgrade_report(r: UpgradeRun) -> UpgradeReport:
     return UpgradeReport(
         site=r.site, bundle=r.bundle, ok=r.ok, lab=r.lab, run_id=r.run_id,
         interrupted=r.interrupted, budget_spent=r.rolling.budget_spent,

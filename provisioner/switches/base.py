@@ -47,7 +47,7 @@ class SwitchOutcome:
 
 
 @dataclass(frozen=True, slots=True)
-class ApplyResult:
+class SentLines:
     """Commands sent in order: `applied` were accepted; `failed` (if any) was refused with
     `error` and nothing after it was sent."""
 
@@ -59,7 +59,7 @@ class ApplyResult:
 class SwitchDriver(Protocol):
     def running_config(self) -> str: ...
 
-    def apply(self, commands: Sequence[str]) -> ApplyResult: ...
+    def apply(self, commands: Sequence[str]) -> SentLines: ...
 
     def save(self) -> None: ...
 

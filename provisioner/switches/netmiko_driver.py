@@ -28,7 +28,7 @@ from paramiko.ssh_exception import (  # type: ignore[import-untyped]
 )
 
 from provisioner.errors import FabricError
-from provisioner.switches.base import ApplyResult, Endpoint
+from provisioner.switches.base import Endpoint, SentLines
 
 # A refused command, across dialects: IOS/EOS/Onyx "% Invalid input" / "% Incomplete",
 # FRR vtysh "% Unknown command", fake-switches "No such command".
@@ -135,7 +135,7 @@ class NetmikoDriver:
     def running_config(self) -> str:
         return str(self.conn.send_command(self.dialect.show_running))
 
-    def apply(self, commands: Sequence[str]) -> ApplyResult:
+    def apply(self, commands: Sequence[str]) -> SentLines:
         """Send line by line, stop at the first refused one: exactly `applied` took effect
         (in a session: nothing took effect unless all were accepted and committed)."""
         if self.dialect.session:
@@ -147,13 +147,13 @@ class NetmikoDriver:
                 out = str(self.conn.send_config_set([line], exit_config_mode=False,
                                                     enter_config_mode=False))
                 if ERROR_RE.search(out.split(line, 1)[-1]):
-                    return ApplyResult(tuple(applied), line, _last_line(out, line))
+                    return SentLines(tuple(applied), line, _last_line(out, line))
                 applied.append(line)
         finally:
             self._leave_config()
-        return ApplyResult(tuple(applied))
+        return SentLines(tuple(applied))
 
-    def _apply_session(self, commands: Sequence[str]) -> ApplyResult:
+    def _apply_session(self, commands: Sequence[str]) -> SentLines:
         self.conn.config_mode(config_command=f"configure session {SESSION}")
         try:
             for line in commands:
@@ -162,16 +162,16 @@ class NetmikoDriver:
                 if ERROR_RE.search(out.split(line, 1)[-1]):
                     self.conn.send_config_set(["abort"], exit_config_mode=False,
                                               enter_config_mode=False)
-                    return ApplyResult((), line, _last_line(out, line) + "; session aborted")
+                    return SentLines((), line, _last_line(out, line) + "; session aborted")
             out = str(self.conn.send_config_set(["commit"], exit_config_mode=False,
                                                 enter_config_mode=False))
             if ERROR_RE.search(out.split("commit", 1)[-1]):
                 self.conn.send_config_set(["abort"], exit_config_mode=False,
                                           enter_config_mode=False)
-                return ApplyResult((), "commit", _last_line(out, "commit") + "; session aborted")
+                return SentLines((), "commit", _last_line(out, "commit") + "; session aborted")
         finally:
             self._leave_config()
-        return ApplyResult(tuple(commands))
+        return SentLines(tuple(commands))
 
     def save(self) -> None:
         out = str(self.conn.send_command(self.dialect.save, expect_string=r"[>#]\s*$"))

@@ -25,7 +25,7 @@ from provisioner.inventory.topology import select
 from provisioner.inventory.valid import refusing
 from provisioner.state import StateStore
 from provisioner.switches import cli_diff, staged
-from provisioner.switches.base import ApplyResult, Endpoint, SwitchDriver, SwitchOutcome
+from provisioner.switches.base import Endpoint, SentLines, SwitchDriver, SwitchOutcome
 
 # CLI dialects get a SwitchDriver, NVUE and SONiC a login shell (switches/staged.py)
 DriverFactory = Callable[[Endpoint], SwitchDriver | staged.Shell]
@@ -205,7 +205,7 @@ def _labels(todo: Sequence[cli_diff.Path]) -> tuple[str, ...]:
 
 
 def _add(drv: SwitchDriver, name: str, nos: str, desired: str, running: str,
-         cmds: tuple[str, ...], diff: str) -> tuple[ApplyResult | SwitchOutcome, str]:
+         cmds: tuple[str, ...], diff: str) -> tuple[SentLines | SwitchOutcome, str]:
     """Send the missing lines. (what the switch accepted, its config read back) when they
     all took; else (the outcome after undoing them, "")."""
     res = drv.apply(cmds)

@@ -19,7 +19,7 @@ from provisioner.fabric import RENDERERS, PortSpec, SwitchSpec
 from provisioner.inventory.models import Roce
 from provisioner.roce import policy
 from provisioner.switches import cli_diff
-from provisioner.switches.base import ApplyResult
+from provisioner.switches.base import SentLines
 from provisioner.switches.ops import _switch
 
 SINGLE = ("mtu", "description", "random-detect")  # one value per block: replaced
@@ -64,9 +64,9 @@ class Eos:
                       if not (q[:-1] == mode and (q[-1] == line or (_key(q[-1]) == _key(line)
                                                   and _key(line) in SINGLE)))]
 
-    def apply(self, commands: Sequence[str]) -> ApplyResult:
+    def apply(self, commands: Sequence[str]) -> SentLines:
         if self.refuse in commands:  # the session is aborted: nothing took effect
-            return ApplyResult((), self.refuse, "% Invalid input; session aborted")
+            return SentLines((), self.refuse, "% Invalid input; session aborted")
         mode: cli_diff.Path = ()
         for c in commands:
             if c.startswith(("interface ", "qos map ")):
@@ -81,7 +81,7 @@ class Eos:
                 self._set((*mode, c))
                 if c.startswith(("interface ", "tx-queue ")):
                     mode = (*mode, c)
-        return ApplyResult(tuple(commands))
+        return SentLines(tuple(commands))
 
     def save(self) -> None:
         self.saved += 1

@@ -250,7 +250,7 @@ def test_unreadable_running_config_is_a_fabric_error(nos: str) -> None:
 
 def test_an_aborted_eos_session_reports_nothing_applied_and_sends_no_undo() -> None:
     """EOS lines go into a `configure session`; a refused one aborts it (netmiko_driver)."""
-    from provisioner.switches.base import ApplyResult
+    from provisioner.switches.base import SentLines
     from provisioner.switches.ops import _switch
 
     class Session:
@@ -260,9 +260,9 @@ def test_an_aborted_eos_session_reports_nothing_applied_and_sends_no_undo() -> N
         def running_config(self) -> str:
             return "hostname leaf01\n"
 
-        def apply(self, commands: Any) -> ApplyResult:
+        def apply(self, commands: Any) -> SentLines:
             self.sent.append(tuple(commands))
-            return ApplyResult((), commands[1], "% Invalid input; session aborted")
+            return SentLines((), commands[1], "% Invalid input; session aborted")
 
         def save(self) -> None:
             raise AssertionError("nothing to save after an abort")
@@ -302,14 +302,14 @@ class OnyxRanges:
         return "\n".join(lines) + "\n"
 
     def apply(self, commands: Any) -> Any:
-        from provisioner.switches.base import ApplyResult
+        from provisioner.switches.base import SentLines
         for c in commands:
             words = c.split(" ", 3)
             if words[:2] == ["interface", "ethernet"]:
                 self.settings.setdefault(words[3], set()).add(words[2])
             else:
                 self.top.append(c)
-        return ApplyResult(tuple(commands))
+        return SentLines(tuple(commands))
 
     def save(self) -> None:
         self.saved += 1

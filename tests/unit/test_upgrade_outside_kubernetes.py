@@ -51,7 +51,7 @@ class ClusterRecorder(Recorder):
 
 
 def _apply(site: Path, tmp_path: Path, bundle: str
-           ) -> tuple[apply_mod.ApplyResult, StandInApiServer, ClusterRecorder, StateStore]:
+           ) -> tuple[apply_mod.UpgradeRun, StandInApiServer, ClusterRecorder, StateStore]:
     loaded = load(site)
     profile = for_site(loaded, lab=False)
     store = StateStore(profile.state_path)

@@ -59,7 +59,7 @@ class ApplyOptions:
 
 
 @dataclass
-class ApplyResult:
+class UpgradeRun:
     run_id: int
     site: str
     bundle: str
@@ -171,7 +171,7 @@ def _refuse(p: UpgradePlan) -> None:
 def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[str, str],
           opts: ApplyOptions | None = None, *, progress: ProgressFn | None = None,
           stop: threading.Event | None = None, profile: Profile | None = None,
-          installer: Installer | None = None) -> ApplyResult:
+          installer: Installer | None = None) -> UpgradeRun:
     """Upgrade the selected nodes to the bundle in rolling batches; resumable."""
     opts = opts or ApplyOptions()
     profile = profile or for_site(loaded)
@@ -274,7 +274,7 @@ def apply(loaded: LoadedSite, bundle_name: str, kube: KubeClient, env: Mapping[s
                      + ("; so are the kubelet and API server versions (the roles' kubeadm "
                         "upgrade is needs_cluster: nothing moves them in the lab)"
                         if any("kubernetes" in n.changes for n in the_plan.nodes) else ""))
-    return ApplyResult(run_id=run_id, site=loaded.site.site.name, bundle=target.name,
+    return UpgradeRun(run_id=run_id, site=loaded.site.site.name, bundle=target.name,
                        lab=profile.lab, plan=the_plan,
                        nodes=[journal.outcomes[h] for h in all_hosts if h in selected],
                        rolling=outcome, interrupted=stop.is_set(),
