@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner import lab as lab_mod
+from provisioner import profile
 from provisioner.credentials import CredentialResolver
 from provisioner.lab import unknown
 from provisioner.lab.overlay import load  # the site with the running lab's endpoints
@@ -38,8 +39,10 @@ def _leaf(site: Path) -> SwitchDriver:
     from provisioner.switches.netmiko_driver import NetmikoDriver
 
     loaded = load(site)
-    ep = ops.endpoint(loaded, "leaf01", CredentialResolver(loaded, os.environ))
-    assert ep.nos == "cisco_ios"  # the stand-in's dialect (lab/switch.py)
+    stand_ins = profile.for_site(loaded).stand_ins  # the lab's, from its overlay
+    ep = ops.endpoint(loaded, "leaf01", CredentialResolver(loaded, os.environ),
+                      stand_ins=stand_ins)
+    assert ep.nos == "cisco_ios" and stand_ins == {"leaf01": "cisco_ios"}  # lab/switch.py
     return NetmikoDriver(ep)
 
 

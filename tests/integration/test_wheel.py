@@ -150,3 +150,24 @@ def test_commands_on_the_embedded_example_write_into_the_current_directory(insta
     assert (state / "known_hosts").is_file()  # the nodes' host keys, for `up`
     assert sorted((state / "fabric").glob("*/*"))
     assert _written_into_package(installed) == []
+
+
+def test_lab_up_of_the_embedded_example_keeps_its_overlay_in_the_current_directory(
+        installed, tmp_path):
+    """`lab up` on the embedded example from the wheel: its overlay (the emulators' loopback
+    endpoints) is in ./.provision/lab/, the package is untouched, and the commands that
+    follow act on the lab's endpoints; `lab down` removes the overlay."""
+    up = _run(installed, tmp_path, "lab", "up", "--no-ssh-hosts")
+    try:
+        assert up.returncode == 0, (up.stdout[-800:], up.stderr[-800:])
+        overlay = tmp_path / ".provision" / "lab" / "overlay.yaml"
+        assert "127.0.0.1" in overlay.read_text()
+        assert _written_into_package(installed) == []
+        power = _run(installed, tmp_path, "bmc", "status", "--json")
+        assert power.returncode == 0, (power.stdout[-800:], power.stderr[-800:])
+        doc = json.loads(power.stdout)  # every BMC answered: the emulators, not the site's
+        assert doc["ok"] and doc["nodes"] and all(n["ok"] for n in doc["nodes"])
+    finally:
+        down = _run(installed, tmp_path, "lab", "down")
+    assert down.returncode == 0, down.stderr[-800:]
+    assert not overlay.exists() and _written_into_package(installed) == []
