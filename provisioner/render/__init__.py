@@ -181,6 +181,7 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
 def _host_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
     block, node = h.block, h.node
     mgmt = ansible_host(node)
+    kinds = {n.name: n.kind for n in loaded.site.networks}
     gpu = block.gpu
     labels = {
         "provisioner.io/block": block.name,
@@ -202,6 +203,9 @@ def _host_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
         "provisioner_roles": [r.value for r in h.roles],
         "provisioner_addresses": {k: str(v) for k, v in sorted(node.addresses.items())},
         "provisioner_macs": dict(sorted(node.macs.items())),
+        # the host QoS goes to these ports only, where the site names no interfaces
+        "roce_host_macs": sorted(mac for net, mac in node.macs.items()
+                                 if kinds.get(net) is NetworkKind.ROCE),
         "provisioner_gpu_model": gpu.model if gpu else "",
         "provisioner_gpu_count": gpu.count if gpu else 0,
         "provisioner_gpu_arch": gpu.architecture.value if gpu else "",

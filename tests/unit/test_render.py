@@ -167,3 +167,22 @@ def test_validate_warns_of_a_cuda_release_the_table_lacks(tmp_path, cuda, said):
     if said:
         assert hits[0].severity.value == "warning" and "as a lower bound only" in \
             hits[0].message
+
+
+def test_each_host_names_its_roce_macs_for_the_qos(tmp_path):
+    """roce_host_macs: the node's MACs on RoCE networks (not its management or storage
+    MACs), so the host QoS leaves the other ConnectX ports alone."""
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    placements = site / "placements.yaml"
+    text = placements.read_text()
+    old = 'macs: {mgmt: "52:54:00:00:00:21"}'
+    assert old in text
+    placements.write_text(text.replace(old, 'macs: {mgmt: "52:54:00:00:00:21", '
+                                            'roce: "B8:3F:D2:00:00:21", '
+                                            'storage: "b8:3f:d2:00:01:21"}'))
+    out = render.render(load(site), tmp_path / "out").out
+    hv = yaml.safe_load((out / "inventory/host_vars/dgx01.yml").read_text())
+    assert hv["roce_host_macs"] == ["b8:3f:d2:00:00:21"]
+    assert yaml.safe_load((out / "inventory/host_vars/dgx02.yml").read_text())[
+        "roce_host_macs"] == []

@@ -14,10 +14,12 @@ from tests.conftest import role_task, role_template
 
 
 def _roce_script(tmp_path: Path, interfaces: str, path: str = "/usr/bin:/bin",
-                 mode: str = "lossless") -> subprocess.CompletedProcess[str]:
+                 mode: str = "lossless", macs: tuple[str, ...] = ()
+                 ) -> subprocess.CompletedProcess[str]:
     env_file = tmp_path / "roce-qos.env"
     env_file.write_text(role_template("roce_host", "roce-qos.env.j2", roce_host_interfaces=(
-        interfaces.split() if interfaces else []), roce_host_mode=mode,
+        interfaces.split() if interfaces else []), roce_host_macs=list(macs),
+        roce_host_mode=mode,
         roce_host_dscp=26, roce_host_priority=3, roce_host_tos=106,
         roce_host_pfc=roce.policy(Roce(mode=mode)).pfc_vector, roce_host_cnp_dscp=48,
         roce_host_cnp_priority=6))
@@ -204,7 +206,8 @@ def test_node_verify_reads_the_qos_settings_line_by_line(tmp_path):
 
     from tests.conftest import ansible_eval, holds
 
-    site = {"roce_host_interfaces": [], "roce_host_mode": "lossless", "roce_host_dscp": 26,
+    site = {"roce_host_interfaces": [], "roce_host_macs": [], "roce_host_mode": "lossless",
+            "roce_host_dscp": 26,
             "roce_host_priority": 3, "roce_host_tos": 106, "roce_host_pfc": "0,0,0,1,0,0,0,0",
             "roce_host_cnp_dscp": 48, "roce_host_cnp_priority": 6}
     written = role_template("roce_host", "roce-qos.env.j2", **site)
@@ -217,3 +220,40 @@ def test_node_verify_reads_the_qos_settings_line_by_line(tmp_path):
                    for c in that)
     assert not all(holds(c, node_verify_roce_lines=lines, **(site | {"roce_host_tos": 10}))
                    for c in that)
+
+
+def test_roce_qos_goes_only_to_the_ports_the_inventory_puts_on_a_roce_network(tmp_path):
+    """Naming no interface, the site's MACs on its RoCE networks choose the ports: the
+    ConnectX port on the storage network (another RDMA device) gets no RoCE QoS; a RoCE
+    LAG's members follow the bond's MAC. The NIC tools record their calls."""
+    ib, net = tmp_path / "sys/class/infiniband", tmp_path / "sys/class/net"
+    for dev, port, mac in (("mlx5_0", "ens1f0np0", "B8:3F:D2:00:00:01"),
+                           ("mlx5_1", "ens2f0np0", "b8:3f:d2:00:00:02")):
+        (ib / dev / "device/net" / port).mkdir(parents=True)
+        (ib / dev / "ports/1").mkdir(parents=True)
+        (ib / dev / "ports/1/link_layer").write_text("Ethernet\n")
+        (ib / dev / "tc/1").mkdir(parents=True)
+        for leaf in ("roce_np/enable", "roce_rp/enable"):
+            (net / port / "ecn" / leaf).mkdir(parents=True)
+        (net / port / "address").write_text(mac + "\n")
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for tool in ("mlnx_qos", "cma_roce_tos"):
+        (tools / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {tmp_path / "calls"}\n')
+        (tools / tool).chmod(0o755)
+    path = f"{tools}:/usr/bin:/bin"
+    run = _roce_script(tmp_path, "", path, macs=("b8:3f:d2:00:00:01",))
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "run/roce-qos.ports").read_text() == "ens1f0np0\n"
+    calls = (tmp_path / "calls").read_text()
+    assert "-i ens1f0np0" in calls and "ens2f0np0" not in calls and "-d mlx5_1" not in calls
+    assert "ens2f0np0 skipped: its MAC is on no RoCE network" in run.stdout
+    # a MAC the host does not have: nothing is configured, and the run says which MAC
+    (tmp_path / "calls").unlink()
+    none = _roce_script(tmp_path, "", path, macs=("b8:3f:d2:00:00:09",))
+    assert none.returncode == 1
+    assert "no RDMA device with the RoCE MAC(s) b8:3f:d2:00:00:09 found" in none.stderr
+    # neither names nor MACs: every RDMA port, as before
+    every = _roce_script(tmp_path, "", path)
+    assert every.returncode == 0, every.stderr
+    assert (tmp_path / "run/roce-qos.ports").read_text() == "ens1f0np0\nens2f0np0\n"
