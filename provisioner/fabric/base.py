@@ -92,7 +92,7 @@ class Mismatch:
     nic: str
     switch: str
     port: str
-    what: str  # pfc, dscp-map, cnp, mtu, trust
+    what: str  # pfc, dscp-map, cnp, mtu, trust, gid
     host_value: str
     switch_value: str
 

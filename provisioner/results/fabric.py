@@ -22,7 +22,7 @@ class MismatchView(Out):
     nic: str
     switch: str
     port: str
-    what: str  # pfc | dscp-map | cnp | mtu | trust
+    what: str  # pfc | dscp-map | cnp | mtu | trust | gid
     host_value: str
     switch_value: str
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from ipaddress import IPv6Address
 
 import paramiko  # type: ignore[import-untyped]  # no stubs; a netmiko dependency
 
@@ -22,7 +23,7 @@ from provisioner.errors import ProvisionerError
 from provisioner.fabric.base import Mismatch, SwitchQos
 from provisioner.fabric.live import HostQos, Unverifiable, compare_live, parse_mlnx_qos
 from provisioner.fanout import fan_out
-from provisioner.inventory.cabling import endpoints, resolve
+from provisioner.inventory.cabling import Endpoint, endpoints, resolve, roce_networks
 from provisioner.inventory.loader import LoadedSite
 from provisioner.profile import Profile
 from provisioner.render import ansible_host
@@ -110,6 +111,8 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
         found += mtu_mismatches(lk.node, lk.nic, h.mtu_bytes, lk.host_mtu_bytes, lk.switch,
                                 lk.switch_port, lk.switch_mtu_bytes, qos,
                                 against_port=not compared)
+        found += gid_mismatches(lk.node, lk.nic, _roce_address(loaded, eps, lk.node, lk.nic),
+                                h, lk.switch, lk.switch_port)
         if qos is not None and isinstance(h.qos, HostQos):
             count += 1  # the host's own MTU against the port: base.compare, as for QoS
             found += compare_live(policy, lk.node, lk.nic, h.mtu_bytes, h.qos, lk.switch,
@@ -118,21 +121,44 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
                       tuple(standins.notes(loaded, switches, prof, live=True)))
 
 
+def _roce_address(loaded: LoadedSite, eps: Mapping[str, Endpoint], host: str,
+                  nic: str) -> str | None:
+    """The NIC's address in the inventory: on the network the NIC is named after, else the
+    node's one RoCE address (a site that names its RoCE interfaces); None when unsure."""
+    ep = eps.get(host)
+    if ep is None:
+        return None
+    if nic in ep.node.addresses:
+        return str(ep.node.addresses[nic])
+    rocenets = roce_networks(loaded.site)
+    mine = [a for net, a in ep.node.addresses.items() if net in rocenets]
+    return str(mine[0]) if len(mine) == 1 else None
+
+
 @dataclass(frozen=True, slots=True)
 class HostRead:
-    """One host NIC as read: its link MTU, and its QoS or why that could not be read."""
+    """One host NIC as read: its link MTU, its QoS or why that could not be read, the RDMA
+    devices behind it and their GIDs as (GID, type: "RoCE v2", "IB/RoCE v1")."""
 
     mtu_bytes: int
     qos: HostQos | str
+    rdma_devices: tuple[str, ...] = ()
+    gids: tuple[tuple[str, str], ...] = ()
 
 
 NO_NIC = 3  # the script's exit status when the interface does not exist
 
 
 def host_script(nic: str) -> str:
-    """The MTU first (sysfs, every Linux), then mlnx_qos where it is installed."""
+    """The MTU first (sysfs, every Linux), the RDMA devices behind the NIC and their GIDs
+    with their types (sysfs: an unused GID's type does not read), then mlnx_qos where it is
+    installed."""
     q = shlex.quote(nic)
     return (f"cat /sys/class/net/{q}/mtu 2>/dev/null || exit {NO_NIC}; "
+            f"for d in /sys/class/net/{q}/device/infiniband/*; do [ -d \"$d\" ] || continue; "
+            'echo "rdma ${d##*/}"; for g in "$d"/ports/*/gids/*; do i=${g##*/}; '
+            'p=${g%/gids/*}; t=$(cat "$p/gid_attrs/types/$i" 2>/dev/null) || continue; '
+            '[ -n "$t" ] && echo "gid $(cat "$g") $t"; done; done; '
             f"command -v mlnx_qos >/dev/null || exit 127; mlnx_qos -i {q}")
 
 
@@ -144,15 +170,53 @@ def parse_host_read(host: str, nic: str, text: str, code: int) -> HostRead | str
     if not first.strip().isdigit():
         return f"{host} {nic}: no MTU in /sys/class/net/{nic}/mtu"
     mtu = int(first.strip())
+    devices: list[str] = []
+    gids: list[tuple[str, str]] = []
+    qos_lines: list[str] = []
+    for line in rest.splitlines():
+        if line.startswith("rdma "):
+            devices.append(line[5:].strip())
+        elif line.startswith("gid "):
+            gid, _, kind = line[4:].strip().partition(" ")
+            gids.append((gid, kind.strip()))
+        else:
+            qos_lines.append(line)
+    qos: HostQos | str
     if code == 127:
-        return HostRead(mtu, "mlnx_qos is not installed (no MLNX_OFED/DOCA tools): QoS not "
-                             "verifiable")
-    if code != 0:
-        return HostRead(mtu, f"`mlnx_qos -i {nic}` failed (exit {code})")
-    try:
-        return HostRead(mtu, parse_mlnx_qos(rest))
-    except ValueError as exc:
-        return HostRead(mtu, str(exc))
+        qos = "mlnx_qos is not installed (no MLNX_OFED/DOCA tools): QoS not verifiable"
+    elif code != 0:
+        qos = f"`mlnx_qos -i {nic}` failed (exit {code})"
+    else:
+        try:
+            qos = parse_mlnx_qos("\n".join(qos_lines))
+        except ValueError as exc:
+            qos = str(exc)
+    return HostRead(mtu, qos, tuple(devices), tuple(gids))
+
+
+def gid_mismatches(host: str, nic: str, address: str | None, read: HostRead, switch: str,
+                   port: str) -> list[Mismatch]:
+    """The RoCE v2 GID of the NIC's own IPv4 address (IPv4-mapped, ::ffff:a.b.c.d): without
+    it RDMA-CM cannot resolve the address and NCCL falls back to a link-local GID that does
+    not cross an L3 leaf. Said where an RDMA device is behind the NIC and the inventory
+    gives its address."""
+    if address is None or not read.rdma_devices:
+        return []
+    want = IPv6Address(f"::ffff:{address}")
+    have = []
+    for gid, kind in read.gids:
+        try:
+            parsed = IPv6Address(gid)
+        except ValueError:
+            continue
+        if parsed == want and kind == "RoCE v2":
+            return []
+        if parsed.ipv4_mapped is not None:
+            have.append(f"{parsed.ipv4_mapped} ({kind})")
+    return [Mismatch(host, nic, switch, port, "gid",
+                     f"no RoCE v2 GID for {address} on {', '.join(read.rdma_devices)} "
+                     f"(IPv4 GIDs: {', '.join(have) or 'none'})",
+                     "RDMA-CM and NCCL need it: set the address on the RoCE NIC")]
 
 
 def mtu_mismatches(host: str, nic: str, host_mtu_bytes: int, declared_mtu_bytes: int,
