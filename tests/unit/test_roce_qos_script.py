@@ -226,30 +226,20 @@ def test_roce_qos_goes_only_to_the_ports_the_inventory_puts_on_a_roce_network(tm
     """Naming no interface, the site's MACs on its RoCE networks choose the ports: the
     ConnectX port on the storage network (another RDMA device) gets no RoCE QoS; a RoCE
     LAG's members follow the bond's MAC. The NIC tools record their calls."""
-    ib, net = tmp_path / "sys/class/infiniband", tmp_path / "sys/class/net"
+    sys = tmp_path / "sys"
     for dev, port, mac in (("mlx5_0", "ens1f0np0", "B8:3F:D2:00:00:01"),
                            ("mlx5_1", "ens2f0np0", "b8:3f:d2:00:00:02")):
-        (ib / dev / "device/net" / port).mkdir(parents=True)
-        (ib / dev / "ports/1").mkdir(parents=True)
-        (ib / dev / "ports/1/link_layer").write_text("Ethernet\n")
-        (ib / dev / "tc/1").mkdir(parents=True)
-        for leaf in ("roce_np/enable", "roce_rp/enable"):
-            (net / port / "ecn" / leaf).mkdir(parents=True)
-        (net / port / "address").write_text(mac + "\n")
-    tools = tmp_path / "tools"
-    tools.mkdir()
-    for tool in ("mlnx_qos", "cma_roce_tos"):
-        (tools / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {tmp_path / "calls"}\n')
-        (tools / tool).chmod(0o755)
-    path = f"{tools}:/usr/bin:/bin"
+        _port(sys, dev, port)
+        (sys / "class/net" / port / "address").write_text(mac + "\n")
+    path, calls_file = _tools(tmp_path)
     run = _roce_script(tmp_path, "", path, macs=("b8:3f:d2:00:00:01",))
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "run/roce-qos.ports").read_text() == "ens1f0np0\n"
-    calls = (tmp_path / "calls").read_text()
+    calls = calls_file.read_text()
     assert "-i ens1f0np0" in calls and "ens2f0np0" not in calls and "-d mlx5_1" not in calls
     assert "ens2f0np0 skipped: its MAC is on no RoCE network" in run.stdout
     # a MAC the host does not have: nothing is configured, and the run says which MAC
-    (tmp_path / "calls").unlink()
+    calls_file.unlink()
     none = _roce_script(tmp_path, "", path, macs=("b8:3f:d2:00:00:09",))
     assert none.returncode == 1
     assert "no RDMA device with the RoCE MAC(s) b8:3f:d2:00:00:09 found" in none.stderr
