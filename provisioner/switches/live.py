@@ -102,6 +102,7 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
         if why is not None:
             unknown.append(Unverifiable("host", k, why))
     count = 0
+    rocenets = roce_networks(loaded.site)
     for lk in links:
         s, h = sw.get(lk.switch), hq.get(f"{lk.node} {lk.nic}")
         if not isinstance(h, HostRead):
@@ -111,7 +112,7 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
         found += mtu_mismatches(lk.node, lk.nic, h.mtu_bytes, lk.host_mtu_bytes, lk.switch,
                                 lk.switch_port, lk.switch_mtu_bytes, qos,
                                 against_port=not compared)
-        found += gid_mismatches(lk.node, lk.nic, _roce_address(loaded, eps, lk.node, lk.nic),
+        found += gid_mismatches(lk.node, lk.nic, _roce_address(eps, rocenets, lk.node, lk.nic),
                                 h, lk.switch, lk.switch_port)
         if qos is not None and isinstance(h.qos, HostQos):
             count += 1  # the host's own MTU against the port: base.compare, as for QoS
@@ -121,7 +122,7 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
                       tuple(standins.notes(loaded, switches, prof, live=True)))
 
 
-def _roce_address(loaded: LoadedSite, eps: Mapping[str, Endpoint], host: str,
+def _roce_address(eps: Mapping[str, Endpoint], rocenets: Mapping[str, int], host: str,
                   nic: str) -> str | None:
     """The NIC's address in the inventory: on the network the NIC is named after, else the
     node's one RoCE address (a site that names its RoCE interfaces); None when unsure."""
@@ -130,7 +131,6 @@ def _roce_address(loaded: LoadedSite, eps: Mapping[str, Endpoint], host: str,
         return None
     if nic in ep.node.addresses:
         return str(ep.node.addresses[nic])
-    rocenets = roce_networks(loaded.site)
     mine = [a for net, a in ep.node.addresses.items() if net in rocenets]
     return str(mine[0]) if len(mine) == 1 else None
 
