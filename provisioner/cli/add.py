@@ -21,12 +21,13 @@ from provisioner.cli.common import (
     graceful_stop,
     handle_errors,
     load_checked,
+    resolve_site,
 )
 from provisioner.console.discover import add_summary
 from provisioner.discover.add import AddResult
 from provisioner.errors import ConfigError, ExitCode
 from provisioner.inventory.loader import LoadedSite
-from provisioner.lab import unknown
+from provisioner.lab import overlay, unknown
 from provisioner.state import StateStore
 from provisioner.workflows import add as add_wf
 from provisioner.workflows.up import ProgressFn
@@ -101,11 +102,12 @@ def add(
 
     def adopt(grown: LoadedSite, added: AddResult) -> LoadedSite:
         """The lab's emulator answers for the new BMC (the one discovery found), and the
-        site the run acts on has it (the lab's overlay, written again)."""
+        site the run acts on has it (the lab's overlay, written again; the inventory itself,
+        which `reload` has just checked, is unchanged)."""
         found_at = added.source.bmc
         unknown.adopt(grown, added.proposal.hostname, found_at.address,
                       found_at.endpoint_key()[1])
-        return load_checked(site)
+        return overlay.load(resolve_site(site))
 
     done = add_wf.run(loaded, StateStore(prof.state_path), os.environ, opts, prof,
                       reload=lambda: load_checked(site), adopt=adopt if prof.lab else None,
