@@ -10,6 +10,7 @@ autoinstall data (its private host key) only to that node's reserved address.
 from __future__ import annotations
 
 import functools
+import io
 import os
 import pwd
 import re
@@ -44,8 +45,15 @@ ALLOWED = (
     re.compile(r"ubuntu/[a-z]+/(?:vmlinuz|initrd|installer\.iso)"),
 )
 ISO_LINK = "installer.iso"  # the one served link: stage_iso links the operator's ISO
+# A node's report from its installer's disk guard (install.py): POST /callback/<host>,
+# from that node's address only, a short text.
+CALLBACK = re.compile(rf"/callback/(?P<host>{_NAME})")
+REPORT_MAX_BYTES = 4096
 
 LogFn = Callable[[str], None]
+# host -> the values of the placeholders its user-data carries (install.GRANT, TOKEN)
+FillFn = Callable[[str], dict[str, str]]
+ReportFn = Callable[[str, str], None]  # (host, the installer's report)
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,8 @@ class _Handler(SimpleHTTPRequestHandler):
 
     log_fn: LogFn = staticmethod(lambda _line: None)
     owners: dict[str, str] = {}  # noqa: RUF012 - per server class: host -> its address
+    fill: FillFn | None = None
+    on_report: ReportFn | None = None
 
     def send_head(self) -> Any:
         """GET and HEAD both come here. The ownership check and the file served are both
@@ -110,7 +120,53 @@ class _Handler(SimpleHTTPRequestHandler):
             self.send_error(404)
             return None
         self.path = "/" + found.rel  # the checked path is the one the parent opens
+        if found.owner is not None and file.name == "user-data":
+            return self._user_data(found.owner, file)
         return super().send_head()
+
+    def _user_data(self, host: str, file: Path) -> Any:
+        """A node's user-data with its grant and boot token filled in as of now (nothing
+        filled: no grant, which the disk guard reads as "refuse")."""
+        text = file.read_text()
+        values: dict[str, str] = {}
+        if self.fill is not None:
+            try:
+                values = self.fill(host)
+            except Exception as exc:  # the state store unreadable: serve without a grant
+                self.log_fn(_printable(f"http {host}: no grant or boot token served ({exc})"))
+        for placeholder, value in values.items():
+            text = text.replace(placeholder, value)
+        body = text.encode()
+        self.send_response(200)
+        self.send_header("Content-type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        return io.BytesIO(body)
+
+    def do_POST(self) -> None:
+        """A node's installer reports (its disk guard refused): recorded by on_report."""
+        match = CALLBACK.fullmatch(urlsplit(self.path).path)
+        if match is None or self.on_report is None:
+            self.send_error(404)
+            return
+        host = match["host"]
+        if self.owners.get(host) != self.client_address[0]:
+            self.send_error(403, "a node reports for itself only")
+            return
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self.send_error(411)
+            return
+        if not 0 <= length <= REPORT_MAX_BYTES:
+            self.send_error(413)
+            return
+        text = _printable(self.rfile.read(length).decode(errors="replace")).strip()
+        self.on_report(host, text)
+        self.log_fn(_printable(f"http {self.client_address[0]} {host} reported: {text}"))
+        self.send_response(204)
+        self.end_headers()
 
     def list_directory(self, path: Any) -> Any:
         """No directory is ever listed (send_head never reaches one; this is the backstop)."""
@@ -217,15 +273,18 @@ def stage_iso(iso_path: Path, dest: Path, version: str) -> str:
 
 
 def serve(root: Path, address: IPv4Address, http_port: int, *, dhcp: bool = True,
-          log: LogFn | None = None, owners: dict[str, str] | None = None) -> BootServer:
+          log: LogFn | None = None, owners: dict[str, str] | None = None,
+          fill: FillFn | None = None, on_report: ReportFn | None = None) -> BootServer:
     """Start the HTTP server (and dnsmasq with root/dnsmasq.conf unless dhcp is False).
-    `owners` (host -> address): who may fetch each node's autoinstall data."""
+    `owners` (host -> address): who may fetch each node's autoinstall data; `fill`: what a
+    node's user-data is given when fetched; `on_report`: where a node's report goes."""
     conf = root / "dnsmasq.conf"
     if not conf.is_file():
         raise ConfigError(f"no {conf}", hint="run `provision pxe render` first")
     handler = functools.partial(type("Handler", (_Handler,), {
         "log_fn": staticmethod(log or (lambda _line: None)),
-        "owners": dict(owners or {})}), directory=str(root))
+        "owners": dict(owners or {}), "fill": staticmethod(fill) if fill else None,
+        "on_report": staticmethod(on_report) if on_report else None}), directory=str(root))
     try:
         http = ThreadingHTTPServer((str(address), http_port), handler)
     except OSError as exc:

@@ -20,7 +20,10 @@ from provisioner.cli.common import (
 from provisioner.errors import ConfigError
 from provisioner.render import pxe as pxe_mod
 from provisioner.render.autoinstall import release_for
+from provisioner.state import StateStore, open_read_only
 from provisioner.state.dir import state_dir
+from provisioner.workflows.steps import intent
+from provisioner.workflows.up import state_path
 
 app = typer.Typer(help="Network boot (PXE/iPXE) and unattended OS install data.",
                   no_args_is_help=True)
@@ -61,7 +64,7 @@ def require_interface(interface: str | None) -> str:
 
 def _render(site: Path | None, out: Path | None, server: str | None, interface: str | None,
             ssh_key: Path | None, http_port: int, iso: Path | None = None
-            ) -> tuple[Path, IPv4Address, dict[str, str]]:
+            ) -> tuple[Path, IPv4Address, dict[str, str], Path]:
     interface = require_interface(interface)
     loaded = load_checked(site)
     net = pxe_mod.provisioning_network(loaded)
@@ -92,7 +95,8 @@ def _render(site: Path | None, out: Path | None, server: str | None, interface: 
         con.info("not network-bootable (no MAC or address on that network): "
                  + ", ".join(missing))
     hosts, _ = pxe_mod.boot_hosts(loaded, net)
-    return target, IPv4Address(address), {h.hostname: str(h.address) for h in hosts}
+    return (target, IPv4Address(address), {h.hostname: str(h.address) for h in hosts},
+            state_path(loaded))
 
 
 @app.command("render")
@@ -113,11 +117,20 @@ def serve(site: SiteArg = None, out: OutOpt = None, server: ServerOpt = None,
                                              "serves HTTP only, beside an existing DHCP.")]
           = True) -> None:
     """Render, then run dnsmasq and the HTTP server for the boot files until Ctrl-C."""
-    root, address, owners = _render(site, out, server, interface, ssh_key, http_port, iso)
+    root, address, owners, store_path = _render(site, out, server, interface, ssh_key,
+                                                http_port, iso)
     con = console()
+
+    def fill(host: str) -> dict[str, str]:  # the node's grant and token as of now
+        store = open_read_only(store_path)
+        return intent.served(store, host) if store else intent.served_nothing()
+
+    def on_report(host: str, text: str) -> None:  # its installer's disk guard refused
+        intent.record_report(StateStore(store_path), host, text)
+
     with graceful_stop("stopping the boot services") as done:
         running = boot.serve(root, address, http_port, dhcp=dhcp, log=con.info,
-                             owners=owners)
+                             owners=owners, fill=fill, on_report=on_report)
         try:
             con.info(f"serving boot files at {running.url}/ipxe/ and "
                      f"{running.url}/autoinstall/"

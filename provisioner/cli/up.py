@@ -50,6 +50,10 @@ def up(site: SiteArg = None,
            "--reinstall", help="Nodes the boot step may reinstall although they answer as "
            "installed (comma-separated globs); without it an installed node is refused.")]
        = None,
+       adopt: Annotated[str | None, typer.Option(
+           "--adopt", help="Nodes that already run the site's OS (a factory DGX OS): taken "
+           "as installed, powered on from their own disk if off, never network-booted; the "
+           "playbooks run over SSH (comma-separated globs).")] = None,
        allow_downgrade: Annotated[str | None, typer.Option(
            "--allow-downgrade", help="Nodes this run may configure at the site's pins "
            "although `upgrade apply` put a newer bundle on them (comma-separated globs); "
@@ -81,7 +85,7 @@ def up(site: SiteArg = None,
         limit=limit, from_phase=Phase(from_phase.value) if from_phase else None, forks=forks,
         concurrency=concurrency, os_timeout_s=os_timeout, playbook=playbook,
         verify_playbook=verify_playbook, request_timeout_s=request_timeout,
-        reinstall=reinstall, allow_downgrade=allow_downgrade)
+        reinstall=reinstall, adopt=adopt, allow_downgrade=allow_downgrade)
     prof = profile.for_site(loaded)
     out = console(json_out or json_events)
     hosts = [s.hostname for s in up_mod.servers(loaded)]

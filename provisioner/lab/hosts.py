@@ -27,13 +27,12 @@ from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any
 
-from provisioner import pids
+from provisioner import install, pids
 from provisioner.errors import ConfigError
 from provisioner.lab import hostwatch, orphans
 from provisioner.lab.rootfs import ensure_rootfs
 from provisioner.pids import start_ticks
 
-INSTALL_MARKER = "/etc/provisioner-installed"  # = workflows.steps.guard.MARKER
 # Units that cannot work in a namespace, or must not touch the real machine: consoles,
 # device management, the clock (chrony runs with -x below), networking (set from outside),
 # kernel modules, sysctls and binfmt_misc (the real machine's kernel: systemd-binfmt clears
@@ -189,7 +188,7 @@ def start_host(name: str, address: IPv4Address, network: IPv4Network, gateway: I
     seed_identity(d / "upper", name, key)
     # the install marker, which the autoinstall late-commands write (render/pxe.py) and `up`
     # reads (workflows/steps/guard)
-    (d / "upper" / INSTALL_MARKER.lstrip("/")).write_text(name + "\n")
+    (d / "upper" / install.MARKER.lstrip("/")).write_text(name + "\n")
     for p, data in (files or {}).items():
         target = d / "upper" / p.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)

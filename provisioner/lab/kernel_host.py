@@ -32,6 +32,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -204,9 +205,14 @@ def _die_with_parent() -> None:
 
 
 def start(workdir: Path, key: Path, *, name: str = "kernelhost",
-          root: Path | None = None, timeout_s: float = BOOT_TIMEOUT_S) -> KernelHost:
+          root: Path | None = None, timeout_s: float = BOOT_TIMEOUT_S,
+          data_disks: Sequence[Path] = (), forwards: Sequence[tuple[int, int]] = ()
+          ) -> KernelHost:
     """Boot the guest on a fresh disk in `workdir` and wait for its sshd; `key` (with its
-    .pub beside it) logs in as root."""
+    .pub beside it) logs in as root. `data_disks`: raw images attached after the root and
+    swap disks (/dev/vdc on); `forwards`: (guest port, host port), the guest reaching
+    127.0.0.1:host port at GUEST_FORWARD:guest port (QEMU's guestfwd, allowed under
+    restrict=on)."""
     if shutil.which("qemu-system-x86_64") is None:
         raise ConfigError("qemu-system-x86_64 is not installed",
                           hint="apt-get install qemu-system-x86 (scripts/bootstrap.sh does it)")
@@ -216,7 +222,9 @@ def start(workdir: Path, key: Path, *, name: str = "kernelhost",
     disk, swap = _disks(root, workdir, name, key)
     port = free_ports(socket.SOCK_STREAM, 1)[0]  # the guest's ssh forward
     accel, accel_note = accelerator()
-    host = _launch(workdir, name, kernel, initrd, disk, swap, port, key, accel, accel_note)
+    extra = _extra_argv(data_disks, forwards)
+    host = _launch(workdir, name, kernel, initrd, disk, swap, port, key, accel, accel_note,
+                   extra)
     if accel == "kvm":
         why = _kvm_boot_fails(host, timeout_s)
         if why is None:
@@ -232,7 +240,7 @@ def start(workdir: Path, key: Path, *, name: str = "kernelhost",
         remembered.parent.mkdir(parents=True, exist_ok=True)
         remembered.write_text(why + "\n")
         host = _launch(workdir, name, kernel, initrd, disk, swap, port, key, "tcg",
-                       f"TCG, QEMU's CPU emulation: {why}")
+                       f"TCG, QEMU's CPU emulation: {why}", extra)
     try:
         _wait_ssh(host, timeout_s)
     except BaseException:
@@ -266,8 +274,20 @@ def _end_qemu(host: KernelHost) -> None:
     host.process.wait()
 
 
+GUEST_FORWARD = "10.0.2.100"  # where the guest reaches a forwarded host port
+
+
+def _extra_argv(data_disks: Sequence[Path], forwards: Sequence[tuple[int, int]]
+                ) -> list[str]:
+    """QEMU's arguments for the data disks and the guest's forwards (netdev options)."""
+    argv = [a for d in data_disks for a in ("-drive", f"file={d},format=raw,if=virtio")]
+    fwd = "".join(f",guestfwd=tcp:{GUEST_FORWARD}:{g}-tcp:127.0.0.1:{h}" for g, h in forwards)
+    return [*argv, fwd]
+
+
 def _launch(workdir: Path, name: str, kernel: Path, initrd: Path, disk: Path, swap: Path,
-            port: int, key: Path, accel: str, accel_note: str) -> KernelHost:
+            port: int, key: Path, accel: str, accel_note: str, extra: list[str]
+            ) -> KernelHost:
     """QEMU on the guest's disks under `accel`, its serial console in workdir/serial.log."""
     (workdir / "serial.log").write_bytes(b"")
     argv = ["qemu-system-x86_64", "-accel", accel, "-m", str(MEMORY_MB), "-smp", "1",
@@ -276,8 +296,8 @@ def _launch(workdir: Path, name: str, kernel: Path, initrd: Path, disk: Path, sw
             "-kernel", str(kernel), "-initrd", str(initrd),
             "-append", "root=/dev/vda rw console=ttyS0 panic=-1",
             "-drive", f"file={disk},format=raw,if=virtio",
-            "-drive", f"file={swap},format=raw,if=virtio",
-            "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:22",
+            "-drive", f"file={swap},format=raw,if=virtio", *extra[:-1],
+            "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:22{extra[-1]}",
             "-device", "virtio-net-pci,netdev=n0"]
     with (workdir / "qemu.log").open("w") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,

@@ -20,11 +20,10 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from provisioner import install
 from provisioner.errors import RenderError
 from provisioner.inventory.block_models import BlockType
 from provisioner.secrets import write_private
-
-MARKER = "/etc/provisioner-installed"  # read by workflows/steps/guard.py
 
 
 @dataclass(frozen=True)
@@ -144,8 +143,10 @@ class NodeInstall:
 
 
 def user_data(node: NodeInstall, *, user: str, keys: list[str], key: HostKey,
-              mirror: str) -> dict[str, Any]:
-    """The autoinstall document for one node (#cloud-config user-data)."""
+              mirror: str, callback_url: str) -> dict[str, Any]:
+    """The autoinstall document for one node (#cloud-config user-data). Its disk guard
+    (install.disk_guard) runs first and reports a refusal to `callback_url`; the grant and
+    the boot token are filled in by the boot server when the node fetches it."""
     if not keys:
         raise RenderError(f"{node.hostname}: no SSH public key: an installed node would "
                           "accept no login", hint="set site.ssh.authorized_keys")
@@ -158,7 +159,7 @@ def user_data(node: NodeInstall, *, user: str, keys: list[str], key: HostKey,
         "ssh_keys": {"ed25519_private": key.private_openssh,
                      "ed25519_public": key.public.rsplit(" ", 1)[0]},
     }
-    late = [f"echo {node.hostname} > /target{MARKER}"]
+    late = [f"echo '{install.marker_line(node.hostname)}' > /target{install.MARKER}"]
     if user == "root":
         cloud["disable_root"] = False
         late += ["mkdir -p -m 700 /target/root/.ssh"] + [
@@ -181,6 +182,8 @@ def user_data(node: NodeInstall, *, user: str, keys: list[str], key: HostKey,
         "user-data": cloud,
         # Keys go through user-data (no `identity`, which needs a crypted password).
         "ssh": {"install-server": True, "allow-pw": False},
+        # before any disk is probed or touched: refuse one that holds something
+        "early-commands": [install.disk_guard(callback_url)],
         "storage": storage(rule),
         "network": {"version": 2, "ethernets": {"boot": ethernet}},
         "late-commands": late,

@@ -20,7 +20,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from provisioner import outdir, resources
+from provisioner import install, outdir, resources
 from provisioner.errors import RenderError
 from provisioner.inventory.fields import PUBLIC_KEY_RE as _PUBLIC_KEY
 from provisioner.inventory.loader import LoadedSite
@@ -193,7 +193,8 @@ def render_pxe(loaded: LoadedSite, out: Path, *, server: IPv4Address, http_port:
                 gateway=str(net.gateway) if net.gateway else None, block=blocks[h.hostname],
                 nameservers=dns, search=tuple(src.dns_search))
             doc = autoinstall.user_data(node, user=loaded.site.site.ssh.user, keys=keys,
-                                        key=key, mirror=loaded.site.software.mirror or "")
+                                        key=key, mirror=loaded.site.software.mirror or "",
+                                        callback_url=f"{base}{install.CALLBACK}{h.hostname}")
             write(f"autoinstall/{h.hostname}/user-data",
                   "#cloud-config\n" + yaml.safe_dump(doc, sort_keys=True), private=True)
             write(f"autoinstall/{h.hostname}/meta-data", f"instance-id: {h.hostname}\n")

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner import bmc as bmc_mod
-from provisioner import leftovers
+from provisioner import install, leftovers
 from provisioner.bmc import BmcDriver, BmcTarget
 from provisioner.errors import ConfigError, InventoryError, StateError, UpgradeRefused
 from provisioner.inventory import checks
@@ -89,6 +89,7 @@ class UpOptions:
     playbook: str = "site.yml"
     verify_playbook: str = "verify.yml"
     reinstall: str | None = None  # nodes (globs, like limit) Boot may reinstall when installed
+    adopt: str | None = None  # nodes (globs) taken as installed: no boot, their OS as it is
     # nodes (globs) this run may configure at site pins older than their recorded bundle
     allow_downgrade: str | None = None
     # The nodes `provision add` just placed: their switch ports alone are pushed, and in the
@@ -196,26 +197,34 @@ def refuse_downgrades(loaded: LoadedSite, store: StateStore, hosts: Sequence[str
             f"(--allow-downgrade): {', '.join(d.rows)}" for d in found]
 
 
-def _retry_failed(ctx: Context, hosts: Sequence[str]) -> None:
-    """A failed node is retried from the phase it failed in."""
+def _retry_failed(ctx: Context, hosts: Sequence[str], reinstall: frozenset[str]) -> None:
+    """A failed node is retried from the phase it failed in. One whose installer refused
+    its disks is booted again only when --reinstall names it now; else it stays failed."""
     for host in hosts:
         out = ctx.journal.outcomes[host]
         if out.phase is Phase.FAILED and out.failed_phase is not None:
-            ctx.journal.restart(host, out.failed_phase,
-                                {"retry": True, "last_reason": out.reason})
+            to = out.failed_phase
+            if to is Phase.BOOTING and (out.reason or "").startswith(install.REFUSED):
+                if host not in reinstall:
+                    ctx.journal.emit(Progress(host, "boot", "note", "not retried: "
+                                              f"{out.reason} (--reinstall {host})"))
+                    continue
+                to = Phase.INSPECTED  # the boot again, this time with the grant
+            ctx.journal.restart(host, to, {"retry": True, "last_reason": out.reason})
             ctx.journal.emit(Progress(host, STEP_FROM.get(out.phase, "ready"), "note",
                                       f"retrying from {out.phase.value}"))
 
 
 def _run(ctx: Context, hosts: list[str], opts: UpOptions,
-         make_driver: Callable[[BmcTarget], BmcDriver], reinstall: frozenset[str]) -> None:
+         make_driver: Callable[[BmcTarget], BmcDriver], reinstall: frozenset[str],
+         adopt: frozenset[str]) -> None:
     """Resume every selected node through up's stages, in order."""
     journal, prov = ctx.journal, ctx.loaded.site.provisioning
     journal.store.enroll(hosts, run_id=journal.run_id)
     if opts.from_phase is not None:
         _rewind(journal.store, hosts, opts.from_phase, journal.run_id)
     journal.load(hosts)
-    _retry_failed(ctx, hosts)
+    _retry_failed(ctx, hosts, reinstall)
     todo = [h for h in hosts if journal.phase(h) not in (Phase.READY, Phase.MAINTENANCE)]
     if not todo:
         return
@@ -226,8 +235,8 @@ def _run(ctx: Context, hosts: list[str], opts: UpOptions,
                                           + 6 * opts.request_timeout_s + 60)
     first = [h for h in todo if ctx.plans[h].control_plane]
     budget_gate(ctx, todo)
-    engine.NodeStage([Inspect(ctx), Boot(ctx, opts.power_timeout_s, reinstall),
-                      WaitOs(ctx, os_timeout_s)],
+    engine.NodeStage([Inspect(ctx), Boot(ctx, opts.power_timeout_s, reinstall, adopt),
+                      WaitOs(ctx, os_timeout_s, adopt)],
                      concurrency=concurrency, deadline_s=deadline_s,
                      session=driver_session(ctx, todo, opts.request_timeout_s, make_driver)
                      ).run(journal, todo, ctx.stop)
@@ -274,10 +283,18 @@ def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
     if opts.reinstall and not reinstall:
         raise ConfigError(f"--reinstall {opts.reinstall!r} matches none of the selected nodes",
                           hint="patterns are globs on host names, for example 'dgx01,cp*'")
+    adopt = frozenset(select(hosts, opts.adopt)) if opts.adopt else frozenset()
+    if opts.adopt and not adopt:
+        raise ConfigError(f"--adopt {opts.adopt!r} matches none of the selected nodes",
+                          hint="patterns are globs on host names, for example 'dgx*'")
+    if both := sorted(adopt & reinstall):
+        raise ConfigError(f"{', '.join(both)}: named by both --adopt and --reinstall",
+                          hint="adopt keeps the installed OS; reinstall wipes it: name one")
     store = StateStore(profile.state_path)
     command = "up" + (f" --limit {opts.limit}" if opts.limit else "") + (
         f" --from-phase {opts.from_phase.value}" if opts.from_phase else "") + (
         f" --reinstall {opts.reinstall}" if opts.reinstall else "") + (
+        f" --adopt {opts.adopt}" if opts.adopt else "") + (
         f" --allow-downgrade {opts.allow_downgrade}" if opts.allow_downgrade else "")
     t0 = time.monotonic()
     with store.exclusive():
@@ -292,7 +309,7 @@ def up(loaded: LoadedSite, env: Mapping[str, str] | None = None,
                       plans, profile, notes=notes, abort=abort or threading.Event())
         status = "failed"
         try:
-            _run(ctx, hosts, opts, make_driver or bmc_mod.make_driver, reinstall)
+            _run(ctx, hosts, opts, make_driver or bmc_mod.make_driver, reinstall, adopt)
             status = ("interrupted" if ctx.stop.is_set()
                       else "failed" if any(o.phase is Phase.FAILED
                                            for o in ctx.journal.outcomes.values()) else "ok")

@@ -11,7 +11,9 @@ it judges nothing itself.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shlex
 import shutil
 import signal
 import subprocess
@@ -19,13 +21,19 @@ import sys
 import threading
 import time
 import traceback
+import urllib.request
+from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from provisioner import runner
+from provisioner import boot, install, runner
+from provisioner.inventory import load
 from provisioner.lab import kernel_host
+from provisioner.render import pxe
+from provisioner.state import StateStore
+from provisioner.workflows.steps import intent
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "tests" / "fixtures" / "kernel_host" / "kernel.yml"
@@ -105,6 +113,58 @@ def _run(pdd: Path, *, check: bool = False) -> dict[str, Any]:
             "events": [[e.role, e.task, e.status] for e in result.events]}
 
 
+NODE = "dgx01"  # the example site's node whose boot the guest plays
+
+
+def _data_disk(out: Path) -> Path:
+    """A disk holding an installed system: ext4 with the install marker on it."""
+    tree = out / "data-tree"
+    (tree / "etc").mkdir(parents=True)
+    (tree / install.MARKER.lstrip("/")).write_text(f"{NODE} boot=earlier\n")
+    disk = out / "data.img"
+    subprocess.run(["mke2fs", "-q", "-t", "ext4", "-F", "-d", str(tree), str(disk), "64M"],
+                   check=True, timeout=60)
+    return disk
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _boot_server(out: Path) -> tuple[boot.BootServer, StateStore]:
+    """The example site's boot files (`pxe render`) served by the tool's boot server on
+    127.0.0.1 (NODE's address, as far as it knows), over a state store of its own."""
+    site = ROOT / "inventories" / "example"
+    pxe.render_pxe(load(site), out / "pxe", server=IPv4Address("10.250.0.1"))
+    store = StateStore(out / "state.db")
+    store.enroll([NODE])
+    srv = boot.serve(out / "pxe", IPv4Address("127.0.0.1"), 0, dhcp=False,
+                     owners={NODE: "127.0.0.1"}, fill=lambda h: intent.served(store, h),
+                     on_report=lambda h, text: intent.record_report(store, h, text))
+    return srv, store
+
+
+def _guard_run(host: kernel_host.KernelHost, srv: boot.BootServer, store: StateStore,
+               *, reinstall: bool) -> dict[str, Any]:
+    """A boot intent as `up` writes it, NODE's user-data fetched from the boot server as
+    NODE fetches it, and its disk guard run in the guest as the installer runs it (sh -c),
+    reporting to the same boot server (the guest reaches it at GUEST_FORWARD, not 10.250.0.1)."""
+    run_id = store.start_run("up", backup=False)
+    token = install.new_token()
+    intent.record(store, NODE, run_id=run_id, token=token, reinstall=reinstall)
+    with urllib.request.urlopen(f"{srv.url}/autoinstall/{NODE}/user-data", timeout=10) as r:
+        doc = yaml.safe_load(r.read().decode())["autoinstall"]
+    guard = doc["early-commands"][0].replace(
+        "http://10.250.0.1:8080/", f"http://{kernel_host.GUEST_FORWARD}:8080/")
+    reports = len(store.events(NODE, install.REPORTED))
+    proc = subprocess.run(host.ssh_argv("sh -c " + shlex.quote(guard)), capture_output=True,
+                          text=True, timeout=300, check=False)
+    store.end_run(run_id, "ok")
+    return {"token": token, "rc": proc.returncode, "stdout": proc.stdout,
+            "stderr": proc.stderr, "late": doc["late-commands"],
+            "reports": [e.detail for e in store.events(NODE, install.REPORTED)][reports:]}
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[1])
     signal.signal(signal.SIGTERM, _on_term)
@@ -122,7 +182,11 @@ def main(argv: list[str]) -> int:
                        check=True, timeout=30)
         kernel_host.ensure_kernel_root()
         lap("root")
-        host = kernel_host.start(out / "guest", key)
+        data = _data_disk(out)
+        found["data_sha256"] = [_sha256(data)]
+        srv, store = _boot_server(out)
+        host = kernel_host.start(out / "guest", key, data_disks=[data],
+                                 forwards=[(8080, srv.http.server_address[1])])
         lap("boot")
         found["accel"] = [host.accel, host.accel_note]
         print(f"kernel host booted under {host.accel_note}", flush=True)
@@ -143,8 +207,14 @@ def main(argv: list[str]) -> int:
             found["second"] = _run(out / "run")
             lap("second_run")
             found["after_second"] = _observe(host)
+            # the installer's disk guard, on a node not named, then named with --reinstall
+            found["guard_refuses"] = _guard_run(host, srv, store, reinstall=False)
+            found["guard_granted"] = _guard_run(host, srv, store, reinstall=True)
+            lap("guard")
         finally:
             kernel_host.stop(host)
+            srv.stop()
+        found["data_sha256"].append(_sha256(data))
     except BaseException:  # the test reports it, whatever ended the job
         found["error"] = traceback.format_exc()
     finally:

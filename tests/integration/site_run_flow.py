@@ -40,12 +40,18 @@ def upper(state, host: str) -> Path:
     return Path(next(h.upper for h in state.ssh_hosts if h.name == host))
 
 
-def on_dgx02(command: str, state) -> None:
+def on_host(host: str, command: str, state) -> str:
+    """`command` on a lab host over SSH with the lab's key; its stdout."""
     key = Path(state.ssh_hosts[0].upper).parents[1] / "id_ed25519"
-    address = next(h.address for h in state.ssh_hosts if h.name == "dgx02")
-    subprocess.run(["ssh", "-n", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o",
-                    "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-                    f"root@{address}", command], check=True, timeout=60)
+    address = next(h.address for h in state.ssh_hosts if h.name == host)
+    return subprocess.run(["ssh", "-n", "-i", str(key), "-o", "StrictHostKeyChecking=no",
+                           "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+                           f"root@{address}", command], check=True, timeout=60,
+                          capture_output=True, text=True).stdout
+
+
+def on_dgx02(command: str, state) -> None:
+    on_host("dgx02", command, state)
 
 
 def dpkg_status(root: Path) -> dict[str, tuple[str, str]]:

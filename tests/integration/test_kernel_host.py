@@ -135,3 +135,29 @@ def test_a_second_run_puts_back_a_value_changed_by_hand_and_changes_nothing_else
     ran = {t for _r, t, status in second["events"] if status != "skipped"}
     assert not {"Load fabric manager's kernel modules", "Rebuild the initramfs"} & ran
     assert "Turn swap off now" not in ran  # no swap is on any more
+
+
+def test_the_installer_refuses_a_disk_holding_a_system_unless_named_and_never_writes(found):
+    """The disk guard of a node's served user-data, run in the guest as the installer runs
+    its early-commands: a data disk holding ext4 (with an install marker) and the swap
+    disk the role turned off are found, the install is refused (exit 1, which aborts an
+    autoinstall before its storage step), the reason reaches the boot server and the state
+    store; named with --reinstall for the run, the same guard lets the install go on. The
+    disk's bytes are the same after both (sha256 of its image)."""
+    from provisioner import install
+
+    refused, granted = found["guard_refuses"], found["guard_granted"]
+    assert refused["rc"] == 1, refused
+    (report,) = refused["reports"]
+    assert report["intent_id"] == refused["token"]  # recorded against the boot it answers
+    assert report["report"].startswith(install.REFUSED), report
+    assert "/dev/vdc: ext4" in report["report"] and "/dev/vdb: swap" in report["report"]
+    assert "/dev/vda" not in report["report"]  # the running root is not a target
+    assert "--reinstall" in report["report"] and install.REFUSED in refused["stderr"]
+    assert granted["rc"] == 0, granted
+    assert "named with --reinstall for this run" in granted["stdout"]
+    assert granted["reports"] == []
+    # the served user-data carried each boot's own token into the marker it would write
+    assert any(f"dgx01 boot={granted['token']}" in c for c in granted["late"])
+    before, after = found["data_sha256"]
+    assert before == after

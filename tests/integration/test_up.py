@@ -176,6 +176,25 @@ def test_end_to_end_every_node_ready_then_nothing_to_do(site_lab):
         json.loads(provision("plan", str(site), "--json", "--refresh", check=True).stdout))
     assert all(n.bmc is not None and n.bmc.power == "on" for n in plan2.nodes)
 
+    # stor01 as a factory-installed node arrives: its OS runs, without our marker. Adopted,
+    # it is taken as installed: no boot override and no power change (it is on), the
+    # release read over SSH, the marker written, the playbooks run, ready
+    site_run_flow.on_host("stor01", "rm /etc/provisioner-installed", site_lab[1])
+    code, doc, err = up_json(site, "--limit", "stor01", "--adopt", "stor01", *TRIVIAL)
+    assert code == 0, err[-2000:]
+    assert transitions(lost, doc["run_id"]) == [("stor01", p) for p in LIFECYCLE]
+    boot = next(e.detail for e in lost.events("stor01") if e.run_id == doc["run_id"]
+                and e.to_phase == "booting")
+    assert boot["boot"] == "adopted: no boot override" and boot["was"] == "on"
+    os_ready = next(e.detail for e in lost.events("stor01") if e.run_id == doc["run_id"]
+                    and e.to_phase == "os_ready")
+    assert os_ready["os_install"] == "adopted"
+    assert re.match(r"adopted: runs debian \d+ \(release not compared\), marker "
+                    r"'stor01 adopted'", os_ready["adopted"]), os_ready
+    assert site_run_flow.on_host("stor01", "cat /etc/provisioner-installed",
+                                 site_lab[1]) == "stor01 adopted\n"
+    assert history["stor01"].read_text() == told["stor01"]  # nothing asked of its BMC
+
 
 def test_site_yml_again_changes_nothing_and_a_failing_host_leaves_the_others_finished(
         site_lab):

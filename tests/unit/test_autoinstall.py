@@ -114,11 +114,17 @@ def test_host_keys_private_kept_and_in_known_hosts(tmp_path):
 
 
 def test_install_writes_the_marker_the_guard_reads(tmp_path):
+    """The one marker: the install writes it with the boot token the boot server fills in,
+    the guard reads it (and the lab writes it: lab/hosts.py takes install.MARKER)."""
+    from provisioner import install
     from provisioner.workflows.steps import guard
 
     pxe.render_pxe(load(EXAMPLE), tmp_path, server=SERVER)
     late = _auto(tmp_path, "cp01")["late-commands"]
-    assert f"echo cp01 > /target{guard.MARKER}" in late
+    assert f"echo 'cp01 boot={install.TOKEN}' > /target{guard.MARKER}" in late
+    assert guard.MARKER == install.MARKER
+    assert install.token_of("cp01 boot=3f2a") == "3f2a"
+    assert install.token_of("cp01") is None  # a marker from before tokens, or the lab's
 
 
 def test_validate_names_the_file_and_line_when_there_is_no_way_in(tmp_path):

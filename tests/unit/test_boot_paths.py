@@ -53,3 +53,67 @@ def test_no_served_path_climbs_or_hides_a_segment(target):
         assert any(p.fullmatch(found.rel) for p in boot.ALLOWED)
         if segments[0] == "autoinstall":
             assert found.owner == segments[1]
+
+
+def test_user_data_is_filled_from_the_store_at_fetch_and_a_node_reports_for_itself(tmp_path):
+    """The boot server on loopback (127.0.0.1 as dgx01's address, 127.0.0.2 a stranger)
+    over the example's rendered files and a real state store: dgx01's user-data carries its
+    last intent's token, and the grant only while the run that named it runs; its report
+    lands in the store; a stranger's report, another node's, an oversized one are not."""
+    import http.client
+    from ipaddress import IPv4Address
+
+    import yaml
+
+    from provisioner import install
+    from provisioner.inventory import load
+    from provisioner.render import pxe
+    from provisioner.state import StateStore
+    from provisioner.workflows.steps import intent
+    from tests.conftest import EXAMPLE
+
+    pxe.render_pxe(load(EXAMPLE), tmp_path / "pxe", server=IPv4Address("10.250.0.1"))
+    rendered = (tmp_path / "pxe/autoinstall/dgx01/user-data").read_text()
+    assert install.GRANT in rendered and install.TOKEN in rendered  # filled when served
+    store = StateStore(tmp_path / "state.db")
+    store.enroll(["dgx01"])
+    srv = boot.serve(tmp_path / "pxe", IPv4Address("127.0.0.1"), 0, dhcp=False,
+                     owners={"dgx01": "127.0.0.1", "dgx02": "127.0.0.9"},
+                     fill=lambda h: intent.served(store, h),
+                     on_report=lambda h, t: intent.record_report(store, h, t))
+    port = srv.http.server_address[1]
+
+    def ask(method: str, path: str, body: bytes | None = None, source: str = "127.0.0.1"
+            ) -> tuple[int, str]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10,
+                                          source_address=(source, 0))
+        conn.request(method, path, body=body)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+
+    def guard_and_marker() -> tuple[str, str]:
+        status, text = ask("GET", "/autoinstall/dgx01/user-data")
+        assert status == 200 and "@@PROVISIONER" not in text
+        doc = yaml.safe_load(text)["autoinstall"]
+        grant = doc["early-commands"][0].split("grant='", 1)[1].split("'", 1)[0]
+        return grant, next(c for c in doc["late-commands"] if install.MARKER in c)
+
+    try:
+        assert guard_and_marker() == ("", f"echo 'dgx01 boot=none' > /target{install.MARKER}")
+        run = store.start_run("up", backup=False)
+        intent.record(store, "dgx01", run_id=run, token="aa11", reinstall=True)
+        assert guard_and_marker() == ("aa11", f"echo 'dgx01 boot=aa11' > /target{install.MARKER}")
+        store.end_run(run, "ok")
+        assert guard_and_marker()[0] == ""  # the run that named it is over: no grant
+        assert ask("POST", "/callback/dgx01", b"x", source="127.0.0.2")[0] == 403
+        assert ask("POST", "/callback/dgx02", b"x")[0] == 403  # for itself only
+        assert ask("POST", "/callback/dgx01", b"x" * 5000)[0] == 413
+        assert ask("POST", "/ipxe/dgx01.ipxe", b"x")[0] == 404
+        assert store.events("dgx01", install.REPORTED) == []
+        reason = install.refusal("/dev/nvme0n1: gpt")
+        assert ask("POST", "/callback/dgx01", (reason + "\x1b[2J").encode())[0] == 204
+        (event,) = store.events("dgx01", install.REPORTED)
+        assert event.detail == {"report": reason + "?[2J", "intent_id": "aa11"}
+        assert event.run_id == run
+    finally:
+        srv.stop()

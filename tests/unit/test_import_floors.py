@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2] / "provisioner"
 # Lowest first. A package or top-level module of provisioner/ -> its floor; a module of a
 # package that sits below the package itself is named with its package ("state.dir").
 FLOORS: dict[int, tuple[str, ...]] = {
-    0: ("errors", "fanout", "lazy", "lifecycle", "pids", "resources", "outdir"),
+    0: ("errors", "fanout", "install", "lazy", "lifecycle", "pids", "resources", "outdir"),
     1: ("inventory", "power", "roce", "payload", "sources", "state.dir", "profile",
         "credentials", "secrets"),
     2: ("state",),

@@ -140,7 +140,7 @@ def run_up(site: Path, **opts) -> tuple[up_mod.UpResult, list[up_mod.Progress]]:
             seen.append(p)
 
     result = up_mod.up(load(site), {"PROVISION_BMC_PASSWORD": "x"},
-                       up_mod.UpOptions(os_timeout_s=0.2, **opts), progress=progress,
+                       up_mod.UpOptions(**{"os_timeout_s": 0.2, **opts}), progress=progress,
                        make_driver=FakeDriver)
     return result, seen
 
@@ -436,20 +436,6 @@ def test_wait_os_waits_for_the_marker_not_for_a_banner(example_copy, monkeypatch
     phases = [e.to_phase for e in store.events("dgx01") if e.kind == "transition"]
     last_boot = len(phases) - 1 - phases[::-1].index("booting")
     assert phases[last_boot:last_boot + 2] == ["booting", "os_ready"]
-
-
-def test_the_marker_wait_os_reads_is_the_one_autoinstall_and_the_lab_write(tmp_path):
-    from ipaddress import IPv4Address
-
-    import yaml
-
-    from provisioner.lab import hosts as lab_hosts
-    from provisioner.render import pxe
-
-    pxe.render_pxe(load(EXAMPLE), tmp_path, server=IPv4Address("10.250.0.1"))
-    auto = yaml.safe_load((tmp_path / "autoinstall/dgx01/user-data").read_text())["autoinstall"]
-    assert f"echo dgx01 > /target{guard.MARKER}" in auto["late-commands"]
-    assert lab_hosts.INSTALL_MARKER == guard.MARKER
 
 
 def test_a_kubernetes_member_is_installed_whatever_ssh_says():

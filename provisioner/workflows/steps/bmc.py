@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner import bmc as bmc_mod
-from provisioner import power
+from provisioner import install, power
 from provisioner.bmc import BmcDriver, BmcTarget, BootDevice, PowerAction, PowerState
 from provisioner.bmc.base import HardwareFacts
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import HostPlan, ansible_host
 from provisioner.lifecycle import BEFORE_POWER_ON, STEP_FROM, Phase
 from provisioner.workflows.engine import Session, StepFailed
-from provisioner.workflows.steps import Context, guard
+from provisioner.workflows.steps import Context, guard, intent
 
 
 def compare_facts(server: HostPlan, facts: HardwareFacts) -> tuple[list[str], list[str]]:
@@ -161,11 +161,14 @@ def refuse_installed(ctx: Context, host: str, reinstall: frozenset[str]) -> dict
 class Boot:
     """inspected -> booting: one-time PXE (or virtual media), then power on from off. A node
     that is on is asked first whether it answers as installed (refuse_installed): then it is
-    left alone, unless --reinstall names it."""
+    left alone, unless --reinstall names it. A node that is off cannot answer: its installer
+    refuses disks that hold something (install.py) unless this run's intent names it. A node
+    on whose boot a killed run asked for is not booted again (intent.under_way)."""
 
     ctx: Context
     power_timeout_s: float
     reinstall: frozenset[str] = frozenset()
+    adopt: frozenset[str] = frozenset()  # installed already (--adopt): no boot override
     name: str = "boot"
     source: Phase = Phase.INSPECTED
 
@@ -173,12 +176,31 @@ class Boot:
         driver = session.get()
         if driver is None:
             return {"bmc": False}
+        if host in self.adopt:  # its own disk boots: powered on if off, nothing else
+            was = driver.get_power_state()
+            if was is PowerState.OFF:
+                driver.set_power(PowerAction.ON, self.power_timeout_s)
+            return {"boot": "adopted: no boot override", "was": was.value, "power": "on"}
         # Nothing changes before the guard: a node that is on may be an installed, running
         # one (its OS answers); a node that is off cannot answer and is not running.
         was = driver.get_power_state()
+        store, run_id = self.ctx.journal.store, self.ctx.journal.run_id
+        prior = intent.under_way(store, host, run_id)
+        if prior is not None and was is not PowerState.OFF:
+            # a killed run's boot, accepted by the BMC: no second override (that would
+            # start its install again); this run waits for it (a grant only if named now)
+            intent.record(store, host, run_id=run_id, token=prior.token,
+                          reinstall=host in self.reinstall, resumed_from=prior.run_id)
+            return {"boot": "under way", "resumed_from_run": prior.run_id,
+                    "was": was.value, "intent_id": prior.token}
         found: dict[str, Any] = {"installed_check": "skipped: power off"}
         if was is not PowerState.OFF:
             found = refuse_installed(self.ctx, host, self.reinstall)
+        # written ahead: the boot this step is about to cause, before the BMC is asked;
+        # the boot server serves its token (and the grant, if named) to the installer
+        token = install.new_token()
+        intent.record(store, host, run_id=run_id, token=token,
+                      reinstall=host in self.reinstall)
         node = self.ctx.plans[host].node
         prov = self.ctx.loaded.site.provisioning
         method = node.boot or prov.boot
@@ -196,4 +218,4 @@ class Boot:
         setting = driver.set_boot_device(device, persistent=False)
         driver.set_power(PowerAction.ON, self.power_timeout_s)
         return {"boot": method, "device": setting.device.value, "verified": setting.verified,
-                "was": was.value, "power": "on", **found}
+                "was": was.value, "power": "on", "intent_id": token, **found}

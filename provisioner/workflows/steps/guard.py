@@ -3,10 +3,10 @@ and polled by wait_os (steps.os.WaitOs).
 
 A node answers as installed when an SSH login with the site's key (`site.ssh`: user, port,
 private_key_file; in the lab, the lab's key through the lab overlay) succeeds and the
-install marker is there: MARKER, written by the autoinstall late-commands
-(render/pxe.py: `echo <hostname> > /target/etc/provisioner-installed`) and by the lab when
-it creates an SSH test host (lab/hosts.py). A bare SSH banner proves nothing: the Ubuntu
-live installer runs sshd on the same address.
+install marker is there: install.MARKER, written by the autoinstall late-commands
+(render/autoinstall.py: the host name and the boot token of the run that booted it) and by
+the lab when it creates an SSH test host (lab/hosts.py). A bare SSH banner proves nothing:
+the Ubuntu live installer runs sshd on the same address.
 
 Host keys are the SSH edge's rule (provisioner/ssh.py); a real node whose host key is not
 known answers UNVERIFIED: the guard refuses it (it cannot tell), wait_os keeps waiting and
@@ -27,9 +27,9 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from provisioner import ssh
+from provisioner import install, ssh
 
-MARKER = "/etc/provisioner-installed"
+MARKER = install.MARKER
 KUBECONFIG = "/etc/kubernetes/admin.conf"  # kubeadm's admin kubeconfig on a control plane
 
 
@@ -38,6 +38,7 @@ class State(enum.Enum):
     NOT_INSTALLED = "not_installed"  # SSH answers, but not as a node installed by us
     UNVERIFIED = "unverified"  # SSH answers with a host key we may not trust
     INSTALLED = "installed"  # logged in with the site's key and read the marker
+    UNSUPPORTED = "unsupported"  # logged in (a node to adopt): an OS the site cannot take
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,50 @@ def check_installed(address: str, login: Login, timeout_s: float = 5.0) -> Answe
     first = text.splitlines()[0] if text else ""
     return Answer(State.INSTALLED, f"installed (marker {MARKER}: {first or 'empty'}) "
                   f"and answering on {where}")
+
+
+# What an adopted node's OS says it is: /etc/os-release's ID and VERSION_ID, then the first
+# line of /etc/dgx-release where DGX OS wrote one (NVIDIA DGX OS user guide).
+RELEASE_COMMAND = ('. /etc/os-release && echo "$ID $VERSION_ID"; '
+                   "head -n1 /etc/dgx-release 2>/dev/null || true")
+
+
+def check_adoptable(address: str, login: Login, hostname: str, version: str | None,
+                    timeout_s: float = 5.0) -> Answer:
+    """One attempt at a node `up --adopt` takes as installed (a factory DGX OS): a login
+    with the site's key, its OS release read (Ubuntu `version`, the release software.os
+    installs; None: not compared, said in the detail), and the marker written where there
+    is none (`<host> adopted`), so that every later guard sees an installed node."""
+    where = f"{address}:{login.port}"
+    try:
+        session = ssh.open_session(address, login, timeout_s)
+    except ssh.NoSession as no:
+        return Answer(_STATE[no.refusal], no.detail)
+    sudo = "" if login.user == "root" else "sudo -n "
+    mark = f"test -e {MARKER} || echo {shlex.quote(hostname)} adopted > {MARKER}; cat {MARKER}"
+    with session:
+        try:
+            code, text, err = session.run(RELEASE_COMMAND, timeout_s)
+            lines = text.splitlines()
+            ident = lines[0].split() if lines else []
+            if code != 0 or len(ident) != 2:
+                return Answer(State.UNSUPPORTED, f"logged in on {where}; no OS release in "
+                              f"/etc/os-release ({err or text or 'empty'})")
+            os_id, os_version = ident
+            dgx = lines[1] if len(lines) > 1 else ""
+            said = f"{os_id} {os_version}" + (f", {dgx}" if dgx else "")
+            if version is not None and (os_id, os_version) != ("ubuntu", version):
+                return Answer(State.UNSUPPORTED, f"runs {said}; the site's software.os "
+                              f"installs Ubuntu {version}: not adopted")
+            code, marker, err = session.run(f"{sudo}sh -c {shlex.quote(mark)}", timeout_s)
+        except ssh.CommandFailed as exc:
+            return Answer(State.NOT_INSTALLED, f"logged in on {where} but could not read its "
+                          f"OS release or write {MARKER} ({exc})")
+    if code != 0:
+        return Answer(State.UNSUPPORTED, f"runs {said}; could not write {MARKER} ({err})")
+    compared = "" if version is not None else " (release not compared)"
+    return Answer(State.INSTALLED, f"adopted: runs {said}{compared}, marker "
+                  f"{marker.splitlines()[0] if marker else ''!r}, answering on {where}")
 
 
 class Membership(enum.Enum):

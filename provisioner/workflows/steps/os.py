@@ -1,6 +1,7 @@
 """OS step: wait until the installed OS answers on its management address: a login with
 the site's key that finds the install marker (steps.guard), not just any SSH banner (the
-Ubuntu live installer runs sshd on the same address)."""
+Ubuntu live installer runs sshd on the same address). A report from the installer's disk
+guard (install.py; recorded by `pxe serve`) ends the wait at once with its reason."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ from typing import Any
 from provisioner.bmc.retry import poll_until
 from provisioner.inventory.topology import ansible_host
 from provisioner.lifecycle import Phase
+from provisioner.render import autoinstall
 from provisioner.workflows.engine import StepFailed, StepInterrupted
-from provisioner.workflows.steps import Context, guard
+from provisioner.workflows.steps import Context, guard, intent
 
 LAB_OS_NOTE = ("OS install skipped: the lab provides the OS (an SSH test host in a network "
                "namespace); the BMC boot and power steps ran for real")
+LAB_ADOPT_NOTE = ("adopted as installed: the lab's host runs Debian as the stand-in for "
+                  "software.os, so its release is not compared; the login, the marker and "
+                  "the BMC's power-on ran for real")
 
 
 @dataclass
@@ -25,12 +30,17 @@ class WaitOs:
 
     ctx: Context
     timeout_s: float
+    adopt: frozenset[str] = frozenset()  # --adopt: its OS is taken as it is, if supported
     name: str = "wait_os"
     source: Phase = Phase.BOOTING
 
     def __call__(self, host: str, session: object) -> dict[str, Any]:
+        adopting = host in self.adopt
+        version: str | None = autoinstall.release_for(self.ctx.loaded.site.software.os).version
         if self.ctx.profile.lab:
-            self.ctx.journal.note(host, self.name, "os_install_skipped", LAB_OS_NOTE)
+            self.ctx.journal.note(host, self.name, "os_install_skipped",
+                                  LAB_ADOPT_NOTE if adopting else LAB_OS_NOTE)
+            version = None
         address = ansible_host(self.ctx.plans[host].node)
         if address is None:
             raise StepFailed("no management address to reach the OS on")
@@ -42,9 +52,19 @@ class WaitOs:
             if self.ctx.stop.wait(seconds):
                 raise StepInterrupted
 
+        store = self.ctx.journal.store
+        booted = intent.last(store, host)
+
         def attempt() -> bool:
-            answer = guard.check_installed(address, login)
+            refused = booted and intent.report_after(store, host, booted)
+            if refused:  # the installer's disk guard stopped it: nothing will answer
+                raise StepFailed(f"{refused} (the installer on {host} reported it; its "
+                                 "disks are as they were)")
+            answer = (guard.check_adoptable(address, login, host, version) if adopting
+                      else guard.check_installed(address, login))
             last[:] = [answer]
+            if answer.state is guard.State.UNSUPPORTED:
+                raise StepFailed(f"{answer.detail}; install it instead: up --reinstall {host}")
             return answer.installed
 
         start = time.monotonic()
@@ -60,4 +80,5 @@ class WaitOs:
                              "or the node is not on the management network)"
                              + (f"; last: {why.detail}" if why else ""))
         return {"ssh": f"{address}:{port}", "waited_s": round(time.monotonic() - start, 1),
-                "os_install": self.ctx.profile.os_install, "marker": guard.MARKER}
+                "os_install": "adopted" if adopting else self.ctx.profile.os_install,
+                "marker": guard.MARKER, **({"adopted": last[0].detail} if adopting else {})}
