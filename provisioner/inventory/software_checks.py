@@ -177,6 +177,15 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
              "write http://mirror.example/ubuntu or file:///srv/mirror")
     _mirror_without_sources(loaded, emit)
     _names_without_dns(sw, emit)
+    if sw.os.startswith("dgx-os"):
+        # the installer the tool boots is Ubuntu's: a DGX OS node would come up as plain
+        # Ubuntu, which the driver role leaves to DGX OS (no driver); `up` boots none
+        emit("dgx-os-adopt-only", ("software", "os"),
+             f"software.os {sw.os}: the tool does not network-install DGX OS; `up` takes "
+             "DGX OS nodes as installed with --adopt and refuses to boot any other",
+             "install DGX OS from NVIDIA's ISO (or keep the factory install), then run "
+             "`provision up --adopt 'dgx*'`; or set software.os to ubuntu-22.04/24.04",
+             severity=Severity.WARNING)
     if sw.mirror_suites is not None and sw.mirror is None:
         emit("mirror-suites-without-mirror", ("software", "mirror_suites"),
              "mirror_suites is set but no mirror is: the nodes keep their own sources",

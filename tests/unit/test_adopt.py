@@ -74,3 +74,24 @@ def test_a_node_is_adopted_or_reinstalled_not_both(site_copy):
     with pytest.raises(ConfigError, match="--adopt 'gb\\*' matches none"):
         run_up(site_copy, adopt="gb*")
     assert load(site_copy)  # nothing written to the inventory
+
+
+def test_a_dgx_os_site_boots_no_node_and_adopts_the_named(site_copy, monkeypatch):
+    """DGX OS is never network-installed (the installer booted would be Ubuntu's, and the
+    driver role leaves the driver to DGX OS): a node not adopted is refused before any BMC
+    change; validate says so first (a warning: adopting every node is a valid site)."""
+    from provisioner.inventory.checks import check
+
+    text = (site_copy / "site.yaml").read_text()
+    (site_copy / "site.yaml").write_text(text.replace("os: ubuntu-22.04", "os: dgx-os-6"))
+    (finding,) = [f for f in check(load(site_copy)) if f.code == "dgx-os-adopt-only"]
+    assert finding.severity.value == "warning" and "--adopt" in (finding.hint or "")
+    FakeDriver.gpus = {"dgx01": 8, "dgx02": 8}
+    _adoptable(monkeypatch, {"dgx02": guard.Answer(guard.State.INSTALLED, "adopted")})
+    result, _ = run_up(site_copy, limit="dgx*", adopt="dgx02")
+    by = {n.hostname: n for n in result.nodes}
+    assert by["dgx01"].failed_phase is Phase.INSPECTED
+    assert "does not network-install DGX OS" in (by["dgx01"].reason or "")
+    assert "up --adopt dgx01" in (by["dgx01"].reason or "")
+    assert FakeDriver.calls["dgx01"] == ["facts"]  # no override, no power
+    assert "wait_os" in by["dgx02"].steps

@@ -176,6 +176,12 @@ class Boot:
         driver = session.get()
         if driver is None:
             return {"bmc": False}
+        os_name = self.ctx.loaded.site.software.os
+        if os_name.startswith("dgx-os") and host not in self.adopt:
+            # the installer it would boot is Ubuntu's: DGX OS would not be what came up
+            raise StepFailed(f"software.os {os_name}: the tool does not network-install DGX "
+                             f"OS (the node would come up as plain Ubuntu without NVIDIA's "
+                             f"stack); install DGX OS, then: up --adopt {host}")
         if host in self.adopt:  # its own disk boots: powered on if off, nothing else
             was = driver.get_power_state()
             if was is PowerState.OFF:
