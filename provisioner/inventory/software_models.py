@@ -165,6 +165,11 @@ class Software(Model):
     dcgm: Dcgm = Dcgm()
     doca: Version | None = None
     kubernetes: Kubernetes | None = None
+    # The NVIDIA Container Toolkit on GPU nodes: installed at this version and held by an
+    # apt pin (its repository publishes a new one every few weeks); unset: the newest.
+    container_toolkit: Version | None = Field(
+        default=None, description="NVIDIA Container Toolkit version on GPU nodes, such as "
+        "1.17.4 (held by an apt pin); unset: what the repository has newest")
     roce: Roce = Roce()
     mirror: MirrorUrl | None = Field(default=None, description="local package mirror (air-gapped)")
     # A mirror of Ubuntu's archive serves a release in pockets, each a suite of its own

@@ -143,6 +143,7 @@ def _group_vars(loaded: LoadedSite) -> dict[str, Any]:
         "base_os_ca_certificate": named.get("ca_certificate", ""),
         # containerd reads hosts.toml's `ca` at each pull; its system store once, at start
         "container_runtime_ca_certificate": named.get("ca_certificate", ""),
+        "container_runtime_toolkit_version": sw.container_toolkit or "",
         "dcgm_diag_level": sw.dcgm.diag_level,
         "roce_host_interfaces": list(roce.interfaces),
         # the same contract renders the switch side (provisioner/roce.py, fabric/)

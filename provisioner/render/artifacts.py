@@ -77,8 +77,11 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
         minor = ".".join(sw.kubernetes.version.split(".")[:2])
         add("repository", f"Kubernetes repository (pkgs.k8s.io/core:/stable:/v{minor})", minor,
             "kubernetes", k8s)
-        add("package", "nvidia-container-toolkit", "", "container_runtime",
-            [h for h in k8s if h.block.gpu is not None])
+        # one release's four packages, at its version (roles/container_runtime/defaults)
+        for pkg in ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                    "libnvidia-container-tools", "libnvidia-container1"):
+            add("package", pkg, sw.container_toolkit or "", "container_runtime",
+                [h for h in k8s if h.block.gpu is not None])
         for pkg in ("kubeadm", "kubelet", "kubectl"):
             add("package", pkg, sw.kubernetes.version, "kubernetes", k8s)
         add("image", sources.PAUSE_IMAGE, sources.pause_tag(sw.kubernetes.version),

@@ -23,10 +23,11 @@ from provisioner.state import StateStore
 from provisioner.upgrade.plan import components_on, direction
 
 UPGRADED = "upgraded"  # the event kind that records a node's bundle and versions
-# The rows the roles install at the pinned version (containerd, the toolkit and the charts
-# are not pinned by them: upgrade plan warns of those; fabric manager, NSCQ and IMEX follow
-# the driver).
-COMPARED = ("nvidia_driver", "kernel_modules", "cuda", "doca", "dcgm", "kubernetes")
+# The rows the roles install at the pinned version (containerd and the charts are not
+# pinned by them: upgrade plan warns of those; fabric manager, NSCQ and IMEX follow the
+# driver).
+COMPARED = ("nvidia_driver", "kernel_modules", "cuda", "doca", "dcgm", "container_toolkit",
+            "kubernetes")
 # What a bring-up at the site's pins must not take back below a node's bundle unnoticed.
 NO_MOVING_BACK = ("nvidia_driver", "fabric_manager", "nscq", "imex", "cuda", "doca", "dcgm",
                   "kubernetes")

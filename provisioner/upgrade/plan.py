@@ -45,14 +45,12 @@ CLUSTER_COMPONENTS = ("gpu_operator", "network_operator")  # charts: once, not p
 REBOOT_COMPONENTS = frozenset({"nvidia_driver", "kernel_modules", "doca"})
 # Rows a bundle may leave out that the roles then stop pinning (fabric manager, NSCQ and
 # IMEX follow the driver's version whatever the bundle says of them).
-UNPINNED_WHEN_LEFT_OUT = frozenset({"dcgm", "doca"})
+UNPINNED_WHEN_LEFT_OUT = frozenset({"dcgm", "doca", "container_toolkit"})
 # Bundle rows the rendered roles do not pin (yet): recorded with the bundle and compared
 # like the others, but a node keeps what its repository gave it, and the charts are
 # installed at the versions provisioner/sources.py pins. `plan` says so for each.
 NOT_PINNED_BY_ROLES = {
     "containerd": "the roles install the distribution's containerd package without a pin",
-    "container_toolkit": "the roles install nvidia-container-toolkit from its repository "
-                         "without a pin",
     "gpu_operator": "the roles install the GPU Operator chart at the version "
                     "provisioner/sources.py pins",
     "network_operator": "the roles install the Network Operator chart at the version "

@@ -83,7 +83,7 @@ def software_at(loaded: LoadedSite, bundle: Bundle) -> Software:
         "fabric_manager": FabricManager(enabled=sw.fabric_manager.enabled,
                                         version=bundle.fabric_manager),
         "dcgm": Dcgm(version=bundle.dcgm, diag_level=sw.dcgm.diag_level),
-        "kubernetes": kube})
+        "container_toolkit": bundle.container_toolkit, "kubernetes": kube})
 
 
 def site_at(loaded: LoadedSite, bundle: Bundle) -> LoadedSite:

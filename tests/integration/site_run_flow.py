@@ -155,6 +155,13 @@ def check_the_first_converge(site: Path, state: Any) -> None:
     # DCGM at the site's pin (4.5.1) although the mirror's newest is 4.5.2 (bundle 2026.11)
     assert pkgs["datacenter-gpu-manager-4-core"][1] == "1:4.5.1-1", pkgs.get(
         "datacenter-gpu-manager-4-core")
+    # the NVIDIA Container Toolkit's release packages at the site's pin, 1.17.4, held by an
+    # apt pin, although the mirror's newest is 1.17.5 (bundle 2026.11)
+    for name in ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                 "libnvidia-container-tools", "libnvidia-container1"):
+        assert pkgs[name][1] == "1.17.4-1", (name, pkgs.get(name))
+    pref = (dgx / "etc/apt/preferences.d/provisioner-container-toolkit.pref").read_text()
+    assert "Pin: version 1.17.4-*" in pref and "Pin-Priority: 1001" in pref
     assert "nvidia-driver-570-open" not in dpkg_status(cp)  # no GPU, no driver
 
     # what a lab host cannot do (a GPU, a cluster, the kernel, an init system) is skipped by

@@ -50,6 +50,8 @@ WORKERS = {"dgx01", "dgx02"}
 # real API server, does not know it; a cordon would be answered 404). The bundle moves
 # nothing on it, and the run leaves it alone.
 STORAGE = "stor01"
+TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+           "libnvidia-container-tools", "libnvidia-container1")
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +111,7 @@ def reboots(upper: Path) -> int:
 def test_upgrade_apply_one_node_fails_its_gate_then_a_rerun_completes(upgrade_lab):
     site, srv, dgx01 = upgrade_lab
     booted = reboots(dgx01)
+    before_toolkit = {p: installed(dgx01)[p] for p in TOOLKIT}
     plan = json.loads(provision("upgrade", "plan", str(site), "--to", "2026.11",
                                 "--batch", "100%", "--max-unavailable", "3", "--json",
                                 check=True).stdout)
@@ -116,7 +119,8 @@ def test_upgrade_apply_one_node_fails_its_gate_then_a_rerun_completes(upgrade_la
 
     code, doc, out = apply(site, srv.url)
     assert code == 9, out  # some nodes failed, within the failure budget
-    assert doc["failed"] == [BAD] and not doc["budget_spent"] and not doc["not_started"]
+    assert doc["failed"] == [BAD] and not doc["budget_spent"] and not doc["not_started"], \
+        [(n["hostname"], n.get("reason")) for n in doc["nodes"]]
     phases = {n["hostname"]: n for n in doc["nodes"]}
     assert phases[BAD]["phase"] == "failed" and phases[BAD]["failed_phase"] == "configured"
     assert "node is not Ready" in phases[BAD]["reason"]
@@ -145,6 +149,9 @@ def test_upgrade_apply_one_node_fails_its_gate_then_a_rerun_completes(upgrade_la
     assert now["libnvidia-compute-570"] == now["nvidia-driver-570-open"]
     assert now["nvidia-fabricmanager-570"].startswith(bundle.nvidia_driver.version + "-")
     assert now["datacenter-gpu-manager-4-core"] == f"1:{bundle.dcgm}-1"
+    # the toolkit's release moved as one, past the pin the site's 1.17.4 had set
+    assert before_toolkit == {p: "1.17.4-1" for p in TOOLKIT}, before_toolkit
+    assert {p: now[p] for p in TOOLKIT} == {p: f"{bundle.container_toolkit}-1" for p in TOOLKIT}
     # a new driver: rebooted for real through the OS, once (by the roles, mid-play, which
     # the reboot step saw); the node that failed its gate too; no driver, no reboot
     assert reboots(dgx01) == booted + 1
