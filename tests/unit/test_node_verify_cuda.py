@@ -251,3 +251,30 @@ def test_a_real_h200_without_nvswitch_reports_no_fabric_and_is_not_pending(tmp_p
                       "succeeded", file="tasks/fabric_state.yml")
     assert all(holds(c, **ctx, fabric_manager_gpu_count=1)
                for c in check["ansible.builtin.assert"]["that"])
+
+
+def test_a_multi_node_nvlink_tray_says_at_once_that_its_fabric_waits_on_the_switch_trays():
+    """On an IMEX tray (GB200 NVL) the fabric is set up by the NVLink switch trays' NMX-C,
+    which the tool does not configure: the wait stops at the first read, and the check
+    names the switch trays; on an NVSwitch system (fabric manager) the wait goes on, and
+    neither says so once the registration completed."""
+    pending = ("    Fabric\n        State                : In Progress\n"
+               "        Status               : N/A\n")
+    done = ("    Fabric\n        State                : Completed\n"
+            "        Status               : Success\n")
+    wait = role_task("fabric_manager", "Wait for every GPU to finish its NVLink fabric "
+                     "registration", file="tasks/fabric_state.yml")
+    says = role_task("fabric_manager", "Say at once when a multi-node NVLink tray's fabric "
+                     "waits on its switch trays", file="tasks/fabric_state.yml")
+    for imex, text, stops, ok in ((True, pending * 4, True, False),
+                                  (False, pending * 8, False, True),
+                                  (True, done * 4, True, True)):
+        ctx = {**fabric_state(text), "fabric_manager_imex": imex,
+               "fabric_manager_gpu_count": text.count("Fabric"),
+               "inventory_hostname": "gb01"}
+        assert holds(wait["until"], **ctx) is stops, (imex, text)
+        passed, message = run_assert(says, **ctx)
+        assert passed is ok
+        if not ok:
+            assert "NVLink switch trays" in message and "NMX-Controller" in message
+            assert "4 of 4 GPUs is In Progress" in message
