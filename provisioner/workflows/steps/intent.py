@@ -74,7 +74,8 @@ def record_report(store: StateStore, host: str, text: str) -> None:
     """The installer's report, recorded against the boot it answers."""
     intent = last(store, host)
     store.record(host, install.REPORTED,
-                 {"report": text, "intent_id": intent.token if intent else None},
+                 {"report": text or f"{install.REFUSED} (the installer gave no detail)",
+                  "intent_id": intent.token if intent else None},
                  run_id=intent.run_id if intent else None)
 
 

@@ -36,7 +36,8 @@ class WaitOs:
 
     def __call__(self, host: str, session: object) -> dict[str, Any]:
         adopting = host in self.adopt
-        version: str | None = autoinstall.release_for(self.ctx.loaded.site.software.os).version
+        version: str | None = (autoinstall.release_for(self.ctx.loaded.site.software.os).version
+                               if adopting else None)
         if self.ctx.profile.lab:
             self.ctx.journal.note(host, self.name, "os_install_skipped",
                                   LAB_ADOPT_NOTE if adopting else LAB_OS_NOTE)
