@@ -4,6 +4,7 @@ or none: a wiped node) and one that cannot be reached (ssh to a closed loopback 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +38,10 @@ HOLDS = ("admin.conf", MARK)  # what a control plane kubeadm finished on has
 
 
 def run(tmp_path: Path, holders: set[str] | dict[str, tuple[str, ...]],
-        unreachable: bool) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+        unreachable: bool, unavailable: tuple[str, ...] = (), never: tuple[str, ...] = ()
+        ) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+    """`unavailable`, `never`: what `up` writes for the batch (steps/ansible.run_vars)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     files = holders if isinstance(holders, dict) else {cp: HOLDS for cp in holders}
     local = f"ansible_connection=local ansible_python_interpreter={sys.executable}"
     lines = ["[kube_control_plane]"]
@@ -56,7 +60,9 @@ def run(tmp_path: Path, holders: set[str] | dict[str, tuple[str, ...]],
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     proc = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "hosts.ini", "play.yml", "-e", f"out={out}"],
+        [str(BIN / "ansible-playbook"), "-i", "hosts.ini", "play.yml", "-e", f"out={out}",
+         "-e", json.dumps({"kubernetes_unavailable_control_planes": list(unavailable),
+                           "kubernetes_never_configured_control_planes": list(never)})],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
         env={"PATH": f"{BIN}:/usr/bin:/bin", "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
              "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_NOCOLOR": "1",
@@ -105,6 +111,28 @@ def test_no_cluster_is_started_while_a_control_plane_that_may_hold_it_is_unreach
     proc, first = run(tmp_path, set(), unreachable=True)
     assert proc.returncode != 0 and first == {}
     assert "cp00 cannot be reached: one of them may run the cluster" in proc.stdout
+
+
+def test_a_control_plane_the_run_could_not_configure_takes_no_cluster_tasks(tmp_path):
+    """A new site whose first control plane by name failed before the roles (up wrote it as
+    unavailable): the cluster starts on the next one, and every delegated task goes there;
+    never configured and unreachable (off, or in its installer), it holds no cluster and
+    stops nothing. With every control plane unavailable the role stops, naming them."""
+    proc, first = run(tmp_path, set(), unreachable=False, unavailable=("cp01",))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert first == {"cp01": "cp02 False", "cp02": "cp02 True", "w01": "cp02 False"}
+    proc, first = run(tmp_path / "dead", set(), unreachable=True, unavailable=("cp00",),
+                      never=("cp00",))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert first == {"cp01": "cp01 True", "cp02": "cp01 False", "w01": "cp01 False"}
+    # configured once (it may hold the cluster): unreachable, it still stops a new cluster
+    proc, _ = run(tmp_path / "once", set(), unreachable=True, unavailable=("cp00",))
+    assert proc.returncode != 0 and "cp00 cannot be reached" in proc.stdout
+    proc, first = run(tmp_path / "none", set(), unreachable=False,
+                      unavailable=("cp01", "cp02"))
+    assert proc.returncode != 0 and first == {}
+    assert "none this run configures can start it: cp01, cp02 could not be configured" \
+        in proc.stdout
 
 
 def test_a_rebuilt_control_planes_old_etcd_member_is_removed_by_its_hex_id():

@@ -4,13 +4,16 @@ outcome recorded from ansible-runner's per-host result."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from provisioner import render as render_mod
 from provisioner import runner as runner_mod
+from provisioner.errors import StateError
 from provisioner.execution import dispatch
 from provisioner.lifecycle import Phase
 from provisioner.workflows.engine import Progress
@@ -24,6 +27,40 @@ def project(ctx: Context) -> Path:
                                             ctx.profile.state_path.parent / "ansible",
                                             lab=ctx.profile.lab).out
     return ctx.project_dir
+
+
+RUN_VARS = "zz_run.yml"  # in the project's inventory/: what the run knows, per batch
+# Phases in which a node has not (or not successfully) run the roles in this run.
+UNCONFIGURED = frozenset({Phase.DISCOVERED, Phase.ENROLLED, Phase.INSPECTED, Phase.BOOTING,
+                          Phase.OS_READY, Phase.FAILED})
+
+
+def run_vars(ctx: Context, batch: Sequence[str]) -> dict[str, Any]:
+    """The control planes outside this batch that the run could not configure (failed, or
+    not installed yet) and, of them, those no run ever configured (the state store's word):
+    the kubernetes role delegates to none of them and starts no cluster on them, and the
+    second kind cannot hold a cluster (roles/kubernetes/defaults/main.yml)."""
+    store = ctx.journal.store
+    unavailable, never = [], []
+    for host in sorted(h for h, p in ctx.plans.items() if p.control_plane and h not in batch):
+        try:
+            phase = store.node(host).phase
+        except StateError:
+            phase = Phase.DISCOVERED  # not enrolled: never installed by the tool
+        if phase in UNCONFIGURED:
+            unavailable.append(host)
+            if not any(e.to_phase == Phase.CONFIGURED.value for e in store.events(host)):
+                never.append(host)
+    return {"kubernetes_unavailable_control_planes": unavailable,
+            "kubernetes_never_configured_control_planes": never}
+
+
+def write_run_vars(ctx: Context, proj: Path, batch: Sequence[str]) -> None:
+    """inventory/zz_run.yml for this batch (read with the inventory, locally and on an
+    execution node alike)."""
+    (proj / "inventory" / RUN_VARS).write_text(
+        "# Written by provisioner up for one batch (steps/ansible.py run_vars)\n"
+        + yaml.safe_dump({"all": {"vars": run_vars(ctx, batch)}}, sort_keys=True))
 
 
 def playbook_detail(result: runner_mod.RunResult, host: str) -> dict[str, Any]:
@@ -68,6 +105,7 @@ class Playbook:
     def __call__(self, batch: list[str]) -> None:
         ctx = self.ctx
         proj = project(ctx)
+        write_run_vars(ctx, proj, batch)
         for h in batch:
             ctx.journal.emit(Progress(h, self.step, "start", self.playbook))
 
