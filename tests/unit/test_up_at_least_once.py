@@ -157,3 +157,16 @@ def test_an_installer_refusal_fails_the_node_at_once_and_only_reinstall_boots_it
     assert named.failed_phase is Phase.BOOTING  # the stand-in refuses again, as scripted
     # the grant lasts only while its run runs
     assert intent.served(store, "dgx01")[install.GRANT] == ""
+
+
+def test_a_committed_boot_is_not_taken_for_one_under_way(site_copy):
+    """The intent of a boot its run committed is history: a node rewound to `inspected`
+    later (--from-phase) is booted anew (after the guard), not taken over."""
+    store = StateStore(up_mod.state_path(load(site_copy)))
+    run = store.start_run("up", backup=False)
+    store.enroll(["dgx01"], run_id=run)
+    store.transition("dgx01", Phase.INSPECTED, run_id=run)
+    intent.record(store, "dgx01", run_id=run, token="aa", reinstall=False)
+    assert intent.under_way(store, "dgx01", run + 1) is not None  # not committed: under way
+    store.transition("dgx01", Phase.BOOTING, run_id=run)
+    assert intent.under_way(store, "dgx01", run + 1) is None

@@ -86,4 +86,6 @@ def under_way(store: StateStore, host: str, run_id: int) -> Intent | None:
     intent = last(store, host)
     if intent is None or intent.run_id == run_id or report_after(store, host, intent):
         return None
+    if any(e.id > intent.event_id and e.to_phase == "booting" for e in store.events(host)):
+        return None  # that boot was committed: a later boot (a rewind) is a new one
     return intent
