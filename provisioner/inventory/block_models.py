@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from provisioner.inventory.fields import GpuModel, Model, Name
+from provisioner.inventory.hostnet_models import RoleOfPorts
 
 
 class BlockKind(StrEnum):
@@ -69,6 +70,11 @@ class Nic(Model):
     # Ways one port splits into (swp1s0..swp1s3 = 4): the switch's supported breakouts.
     breakout: tuple[Annotated[int, Field(ge=2, le=8)], ...] = Field(
         default=(), description="ways one port can be split (breakout), e.g. [2, 4]")
+    # What the ports are for: validate counts a node's RoCE rails against its block's
+    # `carries: roce` ports (a DGX H100 has 8 compute ports, one rail each).
+    carries: RoleOfPorts | None = Field(
+        default=None, description="what the ports carry: roce (one rail per port), "
+        "storage, management or other")
 
 
 class BlockType(Model):

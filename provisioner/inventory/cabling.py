@@ -97,6 +97,15 @@ def host_mtu(site: Site, node: Node) -> int:
     return min(mtus) if mtus else 1500
 
 
+def link_mtu(site: Site, node: Node, nic: str) -> int:
+    """The host end's MTU of one link: its own RoCE network's where the NIC is named by
+    the network (a rail), else the node's smallest RoCE MTU."""
+    nets = roce_networks(site)
+    if nic in nets and nic in node.addresses:
+        return nets[nic]
+    return host_mtu(site, node)
+
+
 def is_switch(ep: Endpoint) -> bool:
     return ep.block.kind is BlockKind.SWITCH and ep.node.management is not None
 
@@ -129,7 +138,8 @@ def resolve(site: Site, catalog: dict[str, BlockType]) -> Iterator[ResolvedLink]
         ep = eps.get(link.node)
         yield ResolvedLink(
             link.node, link.nic, link.switch, link.switch_port,
-            host_mtu(site, ep.node) if ep else 1500, link.mtu_bytes or cab.switch_mtu_bytes,
+            link_mtu(site, ep.node, link.nic) if ep else 1500,
+            link.mtu_bytes or cab.switch_mtu_bytes,
             _speed(ep) if ep else None, ("cabling", "links", i))
     for ri, rule in enumerate(cab.rules):
         index: dict[str, int] = {}
@@ -144,5 +154,6 @@ def resolve(site: Site, catalog: dict[str, BlockType]) -> Iterator[ResolvedLink]
                 continue
             port = rule.port_pattern.replace("{n}", str(rule.first_port + index[ep.rack] - 1))
             yield ResolvedLink(name, rule.nic, leaf.node.hostname, port,
-                               host_mtu(site, ep.node), cab.switch_mtu_bytes, _speed(ep),
+                               link_mtu(site, ep.node, rule.nic), cab.switch_mtu_bytes,
+                               _speed(ep),
                                ("cabling", "rules", ri))

@@ -10,7 +10,13 @@ from collections.abc import Callable
 from ipaddress import IPv4Address
 
 from provisioner import power
-from provisioner.inventory import circuit_checks, fabric_checks, kube_checks, software_checks
+from provisioner.inventory import (
+    circuit_checks,
+    fabric_checks,
+    hostnet_checks,
+    kube_checks,
+    software_checks,
+)
 from provisioner.inventory.fields import ip_or_none
 from provisioner.inventory.findings import Category, Finding, Severity
 from provisioner.inventory.kube_checks import node_roles
@@ -49,8 +55,8 @@ def check(loaded: LoadedSite, basis: power.Basis = "nameplate") -> list[Finding]
 def _check(loaded: LoadedSite, basis: power.Basis) -> list[Finding]:
     emit = _Collector(loaded)
     emit.findings.extend(loaded.warnings)
-    for fn in (_placements, _uniqueness, _networks, _credentials, software_checks.check,
-               kube_checks.check, transport_warnings, way_in):
+    for fn in (_placements, _uniqueness, _networks, hostnet_checks.check, _credentials,
+               software_checks.check, kube_checks.check, transport_warnings, way_in):
         fn(loaded, emit)
     fabric_checks.check(loaded, emit)
     _budgets(loaded, emit, basis)

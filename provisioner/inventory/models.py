@@ -48,6 +48,7 @@ from provisioner.inventory.fields import (
     SystemId,
     UserName,
 )
+from provisioner.inventory.hostnet_models import Bond, HostNic, Route
 from provisioner.inventory.software_models import (
     IFNAME_RE,
     VERSION_RE,
@@ -73,6 +74,7 @@ __all__ = [
     "BlockType",
     "Bmc",
     "BmcProtocol",
+    "Bond",
     "BootMethod",
     "Cabling",
     "Circuit",
@@ -82,6 +84,7 @@ __all__ = [
     "Feed",
     "GpuArch",
     "Gpus",
+    "HostNic",
     "Hostname",
     "IPv4Addr",
     "IPv4Net",
@@ -100,6 +103,7 @@ __all__ = [
     "Rack",
     "Roce",
     "Role",
+    "Route",
     "SecretRef",
     "Site",
     "SiteMeta",
@@ -229,6 +233,9 @@ class Node(Model):
         default_factory=dict, description="network name -> IPv4 address in that network")
     macs: dict[Name, Mac] = Field(default_factory=dict,
                                   description="network name -> MAC of the NIC on it")
+    interfaces: dict[Name, HostNic] = Field(
+        default_factory=dict, description="network name -> how the host finds and names "
+        "its NIC on it (a name rule, a bond); the MAC stays under macs")
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict,
                                    description="extra Kubernetes node labels")
 
@@ -326,7 +333,12 @@ class Network(Model):
     vlan: int | None = Field(default=None, ge=1, le=4094, description="VLAN id")
     mtu: int = Field(default=1500, ge=576, le=9216, description="MTU, bytes")
     gateway: IPv4Addr | None = Field(default=None, description="default gateway")
-
+    # Tagged: the host's port is a trunk and the host makes a VLAN sub-interface
+    # (<nic>.<vlan>); untagged (default): the switch port is an access port in the VLAN.
+    host_tagged: bool = Field(default=False, description="hosts send this network's "
+                              "frames tagged with vlan (a VLAN sub-interface on a trunk)")
+    routes: tuple[Route, ...] = Field(default=(), max_length=64,
+                                      description="static routes through this network")
 
 
 class Ssh(Model):

@@ -35,6 +35,7 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
@@ -70,14 +71,17 @@ def port_macs(key: str, count: int) -> list[str]:
             for i in range(count)]
 
 
-def shape(block: BlockType, key: str, mgmt_mac: str) -> JSON:
-    """The hardware a node of `block` reports, as plain JSON (the layer's config)."""
+def shape(block: BlockType, key: str, mgmt_mac: str, data_macs: Sequence[str] = ()) -> JSON:
+    """The hardware a node of `block` reports, as plain JSON (the layer's config): its
+    data ports carry the MACs the inventory declares for them first (`data_macs`), as
+    the real node's would, then lab ones; a declared port beyond the block's is added."""
     vendor, model = vendor_model(block)
     ports = [nic.speed_gbps for nic in block.nics for _ in range(nic.ports)]
+    ports += [ports[-1] if ports else 25.0] * max(0, len(data_macs) - len(ports))
+    macs = [*data_macs, *port_macs(key, len(ports))[len(data_macs):]]
     nics = [{"id": "mgmt", "mac": mgmt_mac, "speed_mbps": 1000}]
     nics += [{"id": f"port{i}", "mac": mac, "speed_mbps": int(speed * 1000)}
-             for i, (mac, speed) in enumerate(zip(port_macs(key, len(ports)), ports,
-                                                  strict=True))]
+             for i, (mac, speed) in enumerate(zip(macs, ports, strict=True))]
     psu = block.psu
     return {
         "vendor": vendor, "model": model, "serial": serial_for(key),

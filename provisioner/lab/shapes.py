@@ -28,6 +28,13 @@ def mgmt_mac(node: Node, fallback: str) -> str:
     return mac or fallback
 
 
+def data_macs(node: Node, mgmt: str) -> list[str]:
+    """The MACs the inventory declares for the node's other ports (bond members too)."""
+    macs = [m for _, m in sorted(node.macs.items()) if m != mgmt]
+    return macs + [m for _, nic in sorted(node.interfaces.items()) if nic.bond
+                   for m in nic.bond.members]
+
+
 def site_shapes(loaded: LoadedSite, state: LabState) -> dict[str, Any]:
     """system id -> shape, for every Redfish node the lab started."""
     out: dict[str, Any] = {}
@@ -36,9 +43,10 @@ def site_shapes(loaded: LoadedSite, state: LabState) -> dict[str, Any]:
         if ep is None or "system_id" not in ep:
             continue
         fallback = f"52:54:00:fe:{(i >> 8) & 255:02x}:{i & 255:02x}"
+        mgmt = mgmt_mac(plan.node, fallback)
         out[ep["system_id"]] = redfish_shape.shape(
-            plan.block, f"{loaded.site.site.name}/{plan.hostname}",
-            mgmt_mac(plan.node, fallback))
+            plan.block, f"{loaded.site.site.name}/{plan.hostname}", mgmt,
+            data_macs(plan.node, mgmt))
     return out
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from provisioner import __version__, outdir, resources, sources
+from provisioner import __version__, hostnet, outdir, resources, sources
 from provisioner import payload as payload_mod
 from provisioner import roce as roce_mod
 from provisioner.errors import RenderError
@@ -219,6 +219,8 @@ def _host_vars(loaded: LoadedSite, h: HostPlan) -> dict[str, Any]:
         data["nvidia_driver_kernel_modules"] = kernel_modules_for(loaded, block)
         data |= _payload_vars(loaded, h)
     if h.is_server:
+        # every data network's NIC, address, MTU, VLAN and rail table (hostnet.py)
+        data["host_network_interfaces"] = [i.to_vars() for i in hostnet.plan(loaded.site, node)]
         sw = loaded.site.software
         p = payload_for(loaded, h)
         data |= sources.host_repo_vars(sw, p.arch if p else "amd64",

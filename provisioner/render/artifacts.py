@@ -4,7 +4,7 @@ into the host variables) and the sources and versions from sources.py."""
 
 from __future__ import annotations
 
-from provisioner import sources
+from provisioner import hostnet, sources
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.models import Role
 from provisioner.inventory.topology import HostPlan, has_roce, host_plans
@@ -32,6 +32,8 @@ def artifacts(loaded: LoadedSite) -> list[dict[str, str]]:
 
     add("package", "chrony", "", "base_os", servers)
     add("package", "python3-debian", "", "base_os", servers)  # deb822_repository's import
+    add("package", "netplan.io", "", "host_network",
+        [h for h in servers if hostnet.plan(loaded.site, h.node)])
     drv = sw.nvidia_driver
     # Every NVIDIA package name comes from payload.py, the data the roles install from.
     payloads = {h.node.hostname: p for h in gpu if (p := payload_for(loaded, h)) is not None}

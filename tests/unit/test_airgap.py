@@ -35,7 +35,8 @@ UPSTREAM_HOSTS = {urlsplit(u).hostname for u in (
 DOMAIN_RE = re.compile(r"\b((?:[a-z0-9-]+\.)+(?:com|io|org|net|dev|cloud|ai))\b")
 NOT_HOSTS = {"kubeadm.k8s.io", "kubelet.config.k8s.io", "nvidia.com", "provisioner.io",
              "node-role.kubernetes.io",  # the control-plane label join.yml looks for
-             "mellanox.com"}
+             "mellanox.com",
+             "netplan.io"}  # a Debian/Ubuntu package name (host_network)
 
 
 def _site(tmp_path):

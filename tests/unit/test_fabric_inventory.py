@@ -100,8 +100,9 @@ def test_site_without_cabling_is_valid_with_one_warning(tmp_path: Path) -> None:
     site.write_text(text[:text.index("cabling:")])
     found = check(load(tmp_path))
     assert not [f for f in found if f.severity is Severity.ERROR]
-    assert [f.code for f in found if f.code.startswith(("fabric", "roce"))] == [
-        "fabric-not-cabled"]
+    # the example's DGX use 1 of their 8 RoCE ports (a warning of the host side, not cabling)
+    assert [f.code for f in found if f.code.startswith(("fabric", "roce"))
+            and not f.code.startswith("roce-rails")] == ["fabric-not-cabled"]
 
 
 def test_an_uplink_is_a_port_like_any_other(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2] / "provisioner"
 # package that sits below the package itself is named with its package ("state.dir").
 FLOORS: dict[int, tuple[str, ...]] = {
     0: ("errors", "fanout", "install", "lazy", "lifecycle", "pids", "resources", "outdir"),
-    1: ("inventory", "power", "roce", "payload", "sources", "state.dir", "profile",
+    1: ("inventory", "power", "roce", "hostnet", "payload", "sources", "state.dir", "profile",
         "credentials", "secrets"),
     2: ("state",),
     3: ("bmc", "switches", "kube", "ssh", "execution", "runner", "render", "fabric", "boot",

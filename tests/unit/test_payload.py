@@ -697,6 +697,6 @@ def test_every_play_waits_for_apts_lock_as_long_as_base_os():
     wait = yaml.safe_load((ROOT / "roles/base_os/defaults/main.yml").read_text())[
         "base_os_apt_lock_timeout_s"]
     installing = [p for p in plays if "roles" in p]
-    assert len(installing) == 7
+    assert len(installing) == 8
     for play in installing:
         assert play["module_defaults"]["ansible.builtin.apt"]["lock_timeout"] == wait, play

@@ -176,7 +176,8 @@ def test_each_host_names_its_roce_macs_for_the_qos(tmp_path):
     shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
     placements = site / "placements.yaml"
     text = placements.read_text()
-    old = 'macs: {mgmt: "52:54:00:00:00:21"}'
+    old = ('macs: {mgmt: "52:54:00:00:00:21", roce: "52:54:00:00:01:21", '
+           'storage: "52:54:00:00:02:21"}')
     assert old in text
     placements.write_text(text.replace(old, 'macs: {mgmt: "52:54:00:00:00:21", '
                                             'roce: "B8:3F:D2:00:00:21", '
@@ -185,4 +186,6 @@ def test_each_host_names_its_roce_macs_for_the_qos(tmp_path):
     hv = yaml.safe_load((out / "inventory/host_vars/dgx01.yml").read_text())
     assert hv["roce_host_macs"] == ["b8:3f:d2:00:00:21"]
     assert yaml.safe_load((out / "inventory/host_vars/dgx02.yml").read_text())[
+        "roce_host_macs"] == ["52:54:00:00:01:22"]
+    assert yaml.safe_load((out / "inventory/host_vars/cp01.yml").read_text())[
         "roce_host_macs"] == []

@@ -41,7 +41,9 @@ def server(name: str = "dgx01") -> HostPlan:
 def test_facts_that_match_the_block_pass_and_missing_ones_are_notes():
     s = server("dgx01")
     facts = HardwareFacts(gpus=(Gpu("H100", 8),),
-                          nics=(NicFact("eth0", "52:54:00:00:00:21"),))
+                          nics=(NicFact("eth0", "52:54:00:00:00:21"),
+                                NicFact("eth1", "52:54:00:00:01:21"),
+                                NicFact("eth2", "52:54:00:00:02:21")))
     assert up_mod.compare_facts(s, facts) == ([], [])
     problems, notes = up_mod.compare_facts(s, HardwareFacts())
     assert problems == []

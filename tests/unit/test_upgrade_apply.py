@@ -73,7 +73,7 @@ class Recorder:
         return dict.fromkeys(batch)
 
 
-STOR01 = 'macs: {mgmt: "52:54:00:00:00:31"}'
+STOR01 = 'macs: {mgmt: "52:54:00:00:00:31", storage: "52:54:00:00:02:31"}'
 
 
 def stor01_in_kubernetes(site: Path) -> None:
