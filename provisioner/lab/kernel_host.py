@@ -45,10 +45,14 @@ from provisioner.lab.rootfs import ROOTFS_SUITE, debootstrap_root, default_cache
 # Debian's kernel and what the roles' kernel-bound steps use: kmod (module loads), procps
 # (sysctl), initramfs-tools (update-initramfs), util-linux (swapon/swapoff, in minbase);
 # sshd, Python with apt bindings and chrony as on the namespace hosts.
+# The host network role's netplan (networkd as its renderer), and the RDMA userspace that
+# soft-RoCE (the kernel's rdma_rxe) needs to stand in for a ConnectX port: rdma-core's
+# `rdma`, the verbs providers (librxe), ibv_devinfo, rping, perftest's ib_write_bw.
 KERNEL_ROOT_PACKAGES = ("linux-image-amd64", "initramfs-tools", "kmod", "procps", "udev",
                         "systemd", "systemd-sysv", "dbus", "openssh-server", "python3",
-                        "python3-apt", "chrony", "iproute2")
-KERNEL_ROOT_VERSION = "1"  # bump when the package list changes: the cache is rebuilt
+                        "python3-apt", "chrony", "iproute2", "netplan.io", "rdma-core",
+                        "ibverbs-providers", "ibverbs-utils", "rdmacm-utils", "perftest")
+KERNEL_ROOT_VERSION = "2"  # bump when the package list changes: the cache is rebuilt
 DISK_SIZE = "2G"  # the root is about 850 MB
 SWAP_SIZE_MB = 64  # a real swap device, so that the kubelet's swapoff has one to turn off
 MEMORY_MB = 1024
@@ -92,15 +96,44 @@ def ensure_kernel_root(cache: Path | None = None) -> Path:
                             KERNEL_ROOT_PACKAGES, cache)
 
 
+LAB_MAC = "52:54:00:12:34:56"  # the user-mode NIC: the lab's own way in, DHCP from QEMU
+
+
+@dataclass(frozen=True)
+class DataNic:
+    """A data port of the guest (a NIC the node's block declares), wired to one peer
+    guest's port by a UDP socket pair on loopback (QEMU's `-netdev socket,udp=`): the
+    guest's own kernel sees a virtio NIC with this MAC and nothing else on its wire."""
+
+    mac: str
+    local_port: int
+    remote_port: int
+
+    def argv(self, i: int) -> list[str]:
+        return ["-netdev", f"socket,id=d{i},udp=127.0.0.1:{self.remote_port},"
+                f"localaddr=127.0.0.1:{self.local_port}",
+                "-device", f"virtio-net-pci,netdev=d{i},mac={self.mac}"]
+
+
+def wired_pair(macs_a: Sequence[str], macs_b: Sequence[str]
+               ) -> tuple[list[DataNic], list[DataNic]]:
+    """Port n of guest a cabled to port n of guest b (a switch port's worth of wire)."""
+    ports = free_ports(socket.SOCK_DGRAM, 2 * len(macs_a))
+    a = [DataNic(m, ports[2 * i], ports[2 * i + 1]) for i, m in enumerate(macs_a)]
+    b = [DataNic(m, ports[2 * i + 1], ports[2 * i]) for i, m in enumerate(macs_b)]
+    return a, b
+
+
 def _files(upper: Path, name: str, key: Path) -> None:
     """What this boot adds to the cached root: a lab host's identity (restrict=on leaves it
-    no DNS server either), its disks, its network."""
+    no DNS server either), its disks, its network: DHCP on the lab's user-mode NIC only,
+    by its MAC, so that the data ports are the host network role's alone."""
     seed_identity(upper, name, key)
     (upper / "etc/fstab").write_text("/dev/vda / ext4 rw,relatime 0 1\n"
                                      "/dev/vdb none swap sw 0 0\n")
     (upper / "etc/systemd/network").mkdir(parents=True)
     (upper / "etc/systemd/network/10-lab.network").write_text(
-        "[Match]\nName=en*\n\n[Network]\nDHCP=ipv4\n")
+        f"[Match]\nMACAddress={LAB_MAC}\n\n[Network]\nDHCP=ipv4\n")
     wants = upper / "etc/systemd/system/multi-user.target.wants"
     wants.mkdir(parents=True)
     (wants / "systemd-networkd.service").symlink_to("/lib/systemd/system/"
@@ -206,13 +239,13 @@ def _die_with_parent() -> None:
 
 def start(workdir: Path, key: Path, *, name: str = "kernelhost",
           root: Path | None = None, timeout_s: float = BOOT_TIMEOUT_S,
-          data_disks: Sequence[Path] = (), forwards: Sequence[tuple[int, int]] = ()
-          ) -> KernelHost:
+          data_disks: Sequence[Path] = (), forwards: Sequence[tuple[int, int]] = (),
+          nics: Sequence[DataNic] = ()) -> KernelHost:
     """Boot the guest on a fresh disk in `workdir` and wait for its sshd; `key` (with its
     .pub beside it) logs in as root. `data_disks`: raw images attached after the root and
     swap disks (/dev/vdc on); `forwards`: (guest port, host port), the guest reaching
     127.0.0.1:host port at GUEST_FORWARD:guest port (QEMU's guestfwd, allowed under
-    restrict=on)."""
+    restrict=on); `nics`: data ports wired to a peer guest (wired_pair)."""
     if shutil.which("qemu-system-x86_64") is None:
         raise ConfigError("qemu-system-x86_64 is not installed",
                           hint="apt-get install qemu-system-x86 (scripts/bootstrap.sh does it)")
@@ -222,7 +255,7 @@ def start(workdir: Path, key: Path, *, name: str = "kernelhost",
     disk, swap = _disks(root, workdir, name, key)
     port = free_ports(socket.SOCK_STREAM, 1)[0]  # the guest's ssh forward
     accel, accel_note = accelerator()
-    extra = _extra_argv(data_disks, forwards)
+    extra = _extra_argv(data_disks, forwards, nics)
     host = _launch(workdir, name, kernel, initrd, disk, swap, port, key, accel, accel_note,
                    extra)
     if accel == "kvm":
@@ -277,10 +310,12 @@ def _end_qemu(host: KernelHost) -> None:
 GUEST_FORWARD = "10.0.2.100"  # where the guest reaches a forwarded host port
 
 
-def _extra_argv(data_disks: Sequence[Path], forwards: Sequence[tuple[int, int]]
-                ) -> list[str]:
-    """QEMU's arguments for the data disks and the guest's forwards (netdev options)."""
+def _extra_argv(data_disks: Sequence[Path], forwards: Sequence[tuple[int, int]],
+                nics: Sequence[DataNic] = ()) -> list[str]:
+    """QEMU's arguments for the data disks and ports, then (last) the guest's forwards
+    (options of the user-mode netdev)."""
     argv = [a for d in data_disks for a in ("-drive", f"file={d},format=raw,if=virtio")]
+    argv += [a for i, nic in enumerate(nics) for a in nic.argv(i)]
     fwd = "".join(f",guestfwd=tcp:{GUEST_FORWARD}:{g}-tcp:127.0.0.1:{h}" for g, h in forwards)
     return [*argv, fwd]
 
@@ -298,7 +333,7 @@ def _launch(workdir: Path, name: str, kernel: Path, initrd: Path, disk: Path, sw
             "-drive", f"file={disk},format=raw,if=virtio",
             "-drive", f"file={swap},format=raw,if=virtio", *extra[:-1],
             "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-:22{extra[-1]}",
-            "-device", "virtio-net-pci,netdev=n0"]
+            "-device", f"virtio-net-pci,netdev=n0,mac={LAB_MAC}"]
     with (workdir / "qemu.log").open("w") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True,

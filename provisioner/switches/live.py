@@ -17,7 +17,7 @@ from ipaddress import IPv6Address
 
 import paramiko  # type: ignore[import-untyped]  # no stubs; a netmiko dependency
 
-from provisioner import fabric, roce
+from provisioner import fabric, hostnet, roce
 from provisioner.credentials import CredentialResolver
 from provisioner.errors import ProvisionerError
 from provisioner.fabric.base import Mismatch, SwitchQos
@@ -25,6 +25,7 @@ from provisioner.fabric.live import HostQos, Unverifiable, compare_live, parse_m
 from provisioner.fanout import fan_out
 from provisioner.inventory.cabling import Endpoint, endpoints, resolve, roce_networks
 from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.models import Node, Site
 from provisioner.profile import Profile
 from provisioner.render import ansible_host
 from provisioner.ssh import Login, connect, login_for
@@ -87,7 +88,8 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
         address = ansible_host(eps[host].node) if host in eps else None
         if address is None:
             return "no management address"
-        return _read_host(address, login, host, nic, timeout_s)
+        return _read_host(address, login, host, host_ifname(loaded.site, eps[host].node, nic),
+                          timeout_s)
 
     host_keys = sorted({f"{lk.node} {lk.nic}" for lk in links if lk.switch in specs})
     sw = {d.key: d.value if d.value is not None else f"no answer ({d.error or 'timeout'})"
@@ -120,6 +122,12 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
                                   lk.switch_port, qos)
     return LiveReport(count, tuple(found), tuple(unknown),
                       tuple(standins.notes(loaded, switches, prof, live=True)))
+
+
+def host_ifname(site: Site, node: Node, nic: str) -> str:
+    """The interface the host network role gives the link's network on the host (its VLAN
+    sub-interface where tagged, the name the inventory sets), else the NIC as named."""
+    return next((h.name for h in hostnet.plan(site, node) if h.network == nic), nic)
 
 
 def _roce_address(eps: Mapping[str, Endpoint], rocenets: Mapping[str, int], host: str,

@@ -15,7 +15,9 @@ faster for it, and an early BMC test failed once beside its emulated CPU.
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -126,8 +128,11 @@ def test_a_second_run_puts_back_a_value_changed_by_hand_and_changes_nothing_else
     second = found["second"]
     assert second["ok"], second["failures"]
     changed = [t for _r, t, status in second["events"] if status == "changed"]
-    assert sorted(changed) == ["Apply kernel parameters", "Load kernel modules",
-                               "Read the running kernel parameters"]
+    # and the RoCE port's MTU, set to 1500 by hand on both guests, is put back
+    assert sorted(changed) == ["Apply kernel parameters", "Apply the netplan configuration",
+                               "Load kernel modules", "Read the running kernel parameters"]
+    assert [t for _r, t, status in second["peer_events"] if status == "changed"] == [
+        "Apply the netplan configuration"]
     defaults = yaml.safe_load((ROOT / "roles/base_os/defaults/main.yml").read_text())
     assert found["after_second"]["sysctl"]["vm.max_map_count"] == [
         str(defaults["base_os_sysctl"]["vm.max_map_count"])]
@@ -135,6 +140,76 @@ def test_a_second_run_puts_back_a_value_changed_by_hand_and_changes_nothing_else
     ran = {t for _r, t, status in second["events"] if status != "skipped"}
     assert not {"Load fabric manager's kernel modules", "Rebuild the initramfs"} & ran
     assert "Turn swap off now" not in ran  # no swap is on any more
+
+
+def _links(net: list[Any]) -> dict[str, Any]:
+    return {a["ifname"]: a for a in net[0]}
+
+
+def _inet(link: dict[str, Any]) -> set[str]:
+    return {f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])
+            if a["family"] == "inet"}
+
+
+@pytest.mark.parametrize("node", ["dgx01", "dgx02"])
+def test_every_data_network_is_on_its_nic_with_the_inventory_s_address_and_mtu(found, node):
+    """Read inside each guest with `ip -j addr` (its own kernel): the port with the MAC the
+    inventory gives for each data network has the name, address and MTU of the rendered
+    plan; before the run it had none of it; a second run leaves it so."""
+    plan = found["plans"][node]
+    assert {i["network"] for i in plan} == {"roce", "storage"}
+    before, after = _links(found["net_before"][node]), _links(found["net_after"][node])
+    for i in plan:
+        link = after[i["name"]]
+        assert (link["address"], link["mtu"]) == (i["mac"], i["mtu"]), link
+        assert i["address"] in _inet(link), link
+        assert link["operstate"] in ("UP", "UNKNOWN"), link
+        old = next(x for x in before.values() if x.get("address") == i["mac"])
+        assert old["ifname"] != i["name"] and i["address"] not in _inet(old), old
+        again = _links(found["net_after_second"][node])[i["name"]]
+        assert again["mtu"] == i["mtu"] and i["address"] in _inet(again)
+
+
+def _mapped(gid: str) -> str | None:
+    mapped = ipaddress.IPv6Address(gid).ipv4_mapped
+    return str(mapped) if mapped else None
+
+
+def _report_mtu(text: str) -> int:
+    m = re.search(r"Mtu\s*:\s*(\d+)\[B\]", text)
+    assert m, text
+    return int(m.group(1))
+
+
+def _average_mb_s(text: str) -> float:
+    m = re.search(r"^\s*65536\s+\d+\s+[\d.]+\s+([\d.]+)", text, re.MULTILINE)
+    assert m, text
+    return float(m.group(1))
+
+
+def test_soft_roce_runs_rdma_over_the_configured_port_with_an_ipv4_gid_and_its_mtu(found):
+    """Two guests, their RoCE ports wired to each other and configured by the host network
+    role, each with the kernel's soft-RoCE (rdma_rxe) over that port: the RDMA device has a
+    RoCE v2 GID of the address the role set (IPv4-mapped), rping and ib_write_bw run
+    between them over RDMA-CM, at an active MTU of 4096 with the network's 9000. With the
+    ports' MTU set back to 1500 by hand, the same test runs at 1024; the second run puts
+    9000 back and the RDMA port follows."""
+    rdma, plans = found["rdma"], found["plans"]
+    for side, node in (("a", "dgx01"), ("b", "dgx02")):
+        ip = next(i for i in plans[node] if i["kind"] == "roce")["address"].split("/")[0]
+        v2 = [_mapped(gid) for _i, gid, kind in rdma[side]["gids"] if kind == "RoCE v2"]
+        assert ip in v2, rdma[side]["gids"]
+        assert rdma[side]["active_mtu"] == 4096, rdma[side]["ibv_devinfo"]
+        assert found["rdma_1500"][side]["active_mtu"] == 1024
+        assert found["rdma_after_second"][side]["active_mtu"] == 4096
+    assert rdma["rping"]["rc"] == 0, rdma["rping"]
+    assert "ping data" in rdma["rping"]["client"] + rdma["rping"]["server"], rdma["rping"]
+    bw = rdma["bw"]
+    assert bw["rc"] == 0, bw
+    assert _report_mtu(bw["client"]) == 4096 and _average_mb_s(bw["client"]) > 0
+    low = found["rdma_1500"]["bw"]
+    assert low["rc"] == 0, low
+    assert _report_mtu(low["client"]) == 1024 and _average_mb_s(low["client"]) > 0
 
 
 def test_the_installer_refuses_a_disk_holding_a_system_unless_named_and_never_writes(found):

@@ -15,6 +15,7 @@ from provisioner import hostnet, render
 from provisioner.inventory import load
 from provisioner.inventory.checks import check
 from provisioner.inventory.findings import Severity
+from provisioner.switches.live import host_ifname
 from tests.conftest import EXAMPLE, ROOT
 
 _spec = importlib.util.spec_from_file_location(
@@ -201,3 +202,15 @@ def test_drift_names_each_difference_from_the_running_host():
         "storage (storage): no such interface"]
     assert netplan.netplan_drift(plan[1:], [_addr("storage", 9000, "10.250.3.99/24")], []) == [
         "storage (storage): no address 10.250.3.21/24 (has 10.250.3.99/24)"]
+
+
+def test_fabric_check_live_reads_the_interface_the_role_made(tmp_path):
+    """`fabric check --live` reads a link's MTU and GIDs on the interface the host network
+    role gives its network: a tagged network's VLAN sub-interface, a name the inventory
+    sets; a NIC the site names itself (software.roce.interfaces) as written."""
+    loaded = load(_rails(tmp_path, "\n        interfaces: {rail1: {name: ens7f0np0}}"))
+    node = next(n for p in loaded.site.placements for n in p.nodes if n.hostname == "dgx01")
+    assert host_ifname(loaded.site, node, "roce") == "roce"
+    assert host_ifname(loaded.site, node, "rail1") == "ens7f0np0"
+    assert host_ifname(loaded.site, node, "storage") == "storage.200"
+    assert host_ifname(loaded.site, node, "enp1s0f0") == "enp1s0f0"
