@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check provisioner tests bench roles
-echo "== mypy"; mypy provisioner roles/base_os/filter_plugins roles/host_network/filter_plugins
+echo "== mypy"; mypy provisioner roles/base_os/filter_plugins roles/host_network/filter_plugins roles/host_network/library
 # a lab killed before `lab down` (a killed test run) keeps its bridge and gateway address;
 # only namespaces with no process left in them, and their bridges, are removed
 if [ "$(id -u)" = 0 ]; then echo "== lab leftovers"; provision lab prune; fi

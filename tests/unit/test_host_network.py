@@ -214,3 +214,34 @@ def test_fabric_check_live_reads_the_interface_the_role_made(tmp_path):
     assert host_ifname(loaded.site, node, "rail1") == "ens7f0np0"
     assert host_ifname(loaded.site, node, "storage") == "storage.200"
     assert host_ifname(loaded.site, node, "enp1s0f0") == "enp1s0f0"
+
+
+_lspec = importlib.util.spec_from_file_location(
+    "host_network_links", ROOT / "roles/host_network/library/host_network_links.py")
+assert _lspec is not None and _lspec.loader is not None
+links = importlib.util.module_from_spec(_lspec)
+_lspec.loader.exec_module(links)
+
+
+def test_the_apply_module_renames_ports_by_permanent_mac_and_leaves_the_rest():
+    """A bond member is found by its permanent MAC (an enslaved port shows its bond's),
+    a VLAN or bond sharing a MAC is no port, a port already named is left as it is."""
+    planned = [{"name": "storage", "port": "storage", "mac": None,
+                "members": ["52:54:00:00:04:31", "52:54:00:00:05:31"]},
+               {"name": "roce.100", "port": "roce", "mac": "52:54:00:00:01:21", "members": []}]
+    ip_link = [
+        {"ifname": "eth0", "link_type": "ether", "address": "52:54:00:00:00:31"},
+        {"ifname": "ens4", "link_type": "ether", "address": "52:54:00:00:09:99",
+         "permaddr": "52:54:00:00:04:31"},
+        {"ifname": "storage-p1", "link_type": "ether", "address": "52:54:00:00:09:99",
+         "permaddr": "52:54:00:00:05:31"},
+        {"ifname": "storage", "link_type": "ether", "address": "52:54:00:00:04:31",
+         "linkinfo": {"info_kind": "bond"}},
+        {"ifname": "ens6", "link_type": "ether", "address": "52:54:00:00:01:21"},
+        {"ifname": "roce.100", "link_type": "ether", "address": "52:54:00:00:01:21",
+         "linkinfo": {"info_kind": "vlan"}},
+        {"ifname": "lo", "link_type": "loopback", "address": "00:00:00:00:00:00"}]
+    assert links.renames(planned, ip_link) == [("ens6", "roce"), ("ens4", "storage-p0")]
+    assert links.all_names(planned) == ["storage-p0", "storage-p1", "storage", "roce",
+                                        "roce.100"]
+    assert links.member_name("storage", 1) == hostnet.member_name("storage", 1)

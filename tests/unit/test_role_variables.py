@@ -51,6 +51,8 @@ def _undefined(base: Path, role: str) -> set[str]:
         _walk(yaml.safe_load(path.read_text()), defined)
         texts.append(path.read_text())
     texts += [p.read_text() for p in sorted(base.glob("templates/**/*")) if p.is_file()]
+    # the role's own modules (library/NAME.py) are task keys, not variables
+    defined.update(p.stem for p in base.glob("library/*.py"))
     used: set[str] = set()
     for text in texts:
         code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
