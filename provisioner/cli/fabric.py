@@ -23,7 +23,7 @@ from provisioner.cli.common import (
 from provisioner.console import Console
 from provisioner.errors import ExitCode
 from provisioner.fabric.live import Unverifiable
-from provisioner.state import StateStore
+from provisioner.state import StateStore, open_read_only
 from provisioner.state.dir import state_dir
 from provisioner.switches import ops, standins
 
@@ -113,9 +113,11 @@ def _run(site: Path | None, push: bool, dry_run: bool, limit: str | None,
          json_out: bool, prune: bool = False) -> None:
     loaded = load_checked(site)
     prof = profile.for_site(loaded)
+    # a diff reads the store (a killed push left a switch unsaved) and never creates it
+    store = (StateStore(prof.state_path) if push and not dry_run
+             else open_read_only(prof.state_path))
     results = ops.run(loaded, os.environ, push=push, dry_run=dry_run, limit=limit,
-                      store=StateStore(prof.state_path) if push else None, prune=prune,
-                      stand_ins=prof.stand_ins)
+                      store=store, prune=prune, stand_ins=prof.stand_ins)
     notes = standins.notes(loaded, [r.switch for r in results], prof, live=False)
     out = console(json_out)
     failed = [r for r in results if not r.ok]
@@ -129,6 +131,9 @@ def _run(site: Path | None, push: bool, dry_run: bool, limit: str | None,
             color = "green" if r.ok else "red"
             out.out.print(f"[bold]{r.switch}[/] ({r.nos}): [{color}]{r.status}[/]"
                           + (f": {escape(r.error)}" if r.error else ""))
+            if r.note:
+                out.out.print(f"  [yellow]{escape(r.note)}[/]"
+                              + ("" if r.saved or push else "; `fabric push` saves it"))
             if r.diff and (not push or dry_run or r.status != "pushed"):
                 out.out.print(escape(r.diff), end="")
             for line in r.pruned:

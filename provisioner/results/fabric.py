@@ -60,6 +60,9 @@ class SwitchView(Out):
     error: str | None
     stale: list[str]  # CLI: "block > line" shaped like a rendered line, not rendered
     pruned: list[str]  # stale lines `fabric push --prune` removed
+    saved: bool  # this run saved the switch's config (write memory, nv config save, ...)
+    # a push cut off before it recorded the save (diff: says so; push: saved it)
+    note: str | None
 
 
 class _Switches(Out):
@@ -105,7 +108,8 @@ def switches_report(push: bool, site: str, dry_run: bool, exit_code: int,
                                       diff=o.diff, commands=list(o.commands),
                                       applied=list(o.applied), undone=list(o.undone),
                                       error=o.error, stale=list(o.stale),
-                                      pruned=list(o.pruned)) for o in outcomes])
+                                      pruned=list(o.pruned), saved=o.saved,
+                                      note=o.note or None) for o in outcomes])
 
 
 RESULTS: tuple[type[Out], ...] = (FabricCheckReport, FabricDiffReport, FabricPushReport)

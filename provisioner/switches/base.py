@@ -40,6 +40,10 @@ class SwitchOutcome:
     # as "block > line"; left in place unless pruned, and then listed in `pruned`
     stale: tuple[str, ...] = ()
     pruned: tuple[str, ...] = ()
+    # this run saved the switch's config (a push; or, with nothing to send, a push killed
+    # between its lines and the save: ops.unsaved); `note` says so, or that diff found one
+    saved: bool = False
+    note: str = ""
 
     @property
     def ok(self) -> bool:

@@ -5,6 +5,13 @@ Switches run on the step engine's fan-out (bounded, a deadline per switch); one 
 failure never stops the others. With a state store, the push holds the site's lock and
 each switch's outcome lands in its event log. The driver factory is injected: the core
 never imports netmiko.
+
+A push is saved or it is not done: before the first line goes to a switch, an event
+(`fabric_push_sending`) is written ahead; its outcome follows it. A run killed between the
+two (the switch took the lines, `write memory` never came) leaves the running config
+changed and the saved one not, and a later diff compares the running config only, so says
+"unchanged": `unsaved` finds those switches in the store, `fabric diff` says so, and the
+next push saves them although it has nothing to send.
 """
 
 from __future__ import annotations
@@ -29,6 +36,26 @@ from provisioner.switches.base import Endpoint, SentLines, SwitchDriver, SwitchO
 
 # CLI dialects get a SwitchDriver, NVUE and SONiC a login shell (switches/staged.py)
 DriverFactory = Callable[[Endpoint], SwitchDriver | staged.Shell]
+
+SENDING = "fabric_push_sending"  # written ahead of a switch's first line
+OUTCOME = "fabric_push"  # the switch's outcome, after the save (or the undo)
+UNSAVED_NOTE = ("a push to it (run {run}) was cut off after it sent lines and before it "
+                "recorded the save: the running config may hold lines the saved one lacks")
+
+
+def unsaved(store: StateStore) -> dict[str, int | None]:
+    """Switch -> the run whose push was cut off between sending lines and its outcome."""
+    last: dict[str, tuple[int, str, int | None]] = {}
+    for e in [*store.events(kind=SENDING), *store.events(kind=OUTCOME)]:
+        if e.hostname is not None and e.id > last.get(e.hostname, (-1, "", None))[0]:
+            last[e.hostname] = (e.id, e.kind, e.run_id)
+    return {name: run for name, (_, kind, run) in last.items() if kind == SENDING}
+
+
+def write_ahead(store: StateStore, run_id: int | None) -> Callable[[str], None]:
+    def sending(name: str) -> None:
+        store.record(name, SENDING, {"run": run_id}, run_id=run_id)
+    return sending
 
 
 def netmiko_factory(ep: Endpoint) -> SwitchDriver | staged.Shell:
@@ -97,11 +124,15 @@ def outcomes(loaded: LoadedSite, env: Mapping[str, str], names: Sequence[str], *
              push: bool, connect: DriverFactory = netmiko_factory, max_parallel: int = 8,
              timeout_s: float = 20.0,
              nodes: Collection[str] | None = None, prune: bool = False,
-             stand_ins: Mapping[str, str] | None = None) -> list[SwitchOutcome]:
+             stand_ins: Mapping[str, str] | None = None,
+             cut_off: Mapping[str, int | None] | None = None,
+             on_send: Callable[[str], None] | None = None) -> list[SwitchOutcome]:
     """Diff (push=False) or push these switches, in parallel on the engine's fan-out; one
-    switch's failure never stops the others. Takes no lock and records nothing: the caller
-    does (`run` below, or the fabric step of `up`). With `nodes`, only their ports; with
-    `prune`, a CLI switch's stale lines (cli_diff.stale) go too."""
+    switch's failure never stops the others. Takes no lock and records nothing but through
+    `on_send` (write_ahead, called before a switch's first line): the caller records
+    (`run` below, or the fabric step of `up`). With `nodes`, only their ports; with
+    `prune`, a CLI switch's stale lines (cli_diff.stale) go too. `cut_off` (unsaved): the
+    switches a killed push left unsaved; a push saves them, a diff says so."""
     todo = targets(loaded, nodes, stand_ins)
     logins = CredentialResolver(loaded, env)
 
@@ -112,10 +143,14 @@ def outcomes(loaded: LoadedSite, env: Mapping[str, str], names: Sequence[str], *
             drv = connect(ep)
         except ProvisionerError as exc:
             return SwitchOutcome(name, t.nos, "failed", error=str(exc))
+        left = name in (cut_off or {})
+        note = UNSAVED_NOTE.format(run=(cut_off or {}).get(name)) if left else ""
         try:
             if isinstance(drv, staged.Shell):
-                return staged.run(drv, name, t.nos, t.text, push)
-            return _switch(drv, name, t.nos, t.text, push, prune)
+                return staged.run(drv, name, t.nos, t.text, push, unsaved=note,
+                                  on_send=on_send)
+            return _switch(drv, name, t.nos, t.text, push, prune, unsaved=note,
+                           on_send=on_send)
         except ProvisionerError as exc:
             return SwitchOutcome(name, t.nos, "failed", error=str(exc))
         except Exception as exc:  # a driver bug or a dropped session: this switch only
@@ -140,7 +175,8 @@ def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool
         store: StateStore | None = None, prune: bool = False,
         stand_ins: Mapping[str, str] | None = None) -> list[SwitchOutcome]:
     """Diff (or push) every selected switch. With `store`, a push takes the site's lock and
-    records a run with one event per switch."""
+    records a run with one event per switch, each switch's sending written ahead; a diff
+    reads from it which switches a killed push left unsaved."""
     refuse_inventory_errors(loaded)
     rendered = [r.spec.hostname for r in fabric.render_all(loaded)]
     names = select(rendered, limit)
@@ -148,10 +184,12 @@ def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool
         raise FabricError(f"--limit {limit} matches no switch with cabled ports",
                           hint=f"switches: {', '.join(rendered) or 'none'}")
 
-    def fan() -> list[SwitchOutcome]:
+    def fan(on_send: Callable[[str], None] | None = None) -> list[SwitchOutcome]:
         return outcomes(loaded, env, names, push=push and not dry_run, connect=connect,
                         max_parallel=max_parallel, timeout_s=timeout_s, prune=prune,
-                        stand_ins=stand_ins)
+                        stand_ins=stand_ins,
+                        cut_off=unsaved(store) if store is not None else None,
+                        on_send=on_send)
 
     if store is None or not push or dry_run:
         return fan()
@@ -161,9 +199,9 @@ def run(loaded: LoadedSite, env: Mapping[str, str], *, push: bool, dry_run: bool
                                  + (" --prune" if prune else ""))
         status = "failed"
         try:
-            done = fan()
+            done = fan(write_ahead(store, run_id))
             for o in done:
-                store.record(o.switch, "fabric_push", asdict(o), run_id=run_id)
+                store.record(o.switch, OUTCOME, asdict(o), run_id=run_id)
             status = "ok" if all(o.ok for o in done) else "failed"
         finally:
             store.end_run(run_id, status)
@@ -177,15 +215,26 @@ def _running(drv: SwitchDriver, nos: str) -> str:
 
 
 def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool,
-            prune: bool = False) -> SwitchOutcome:
+            prune: bool = False, *, unsaved: str = "",
+            on_send: Callable[[str], None] | None = None) -> SwitchOutcome:
+    """Diff or push one CLI switch. `unsaved` (a note, from ops.unsaved): a killed push
+    left it unsaved, so a push saves it even with nothing to send. `on_send` is called
+    before the first line goes."""
     running = _running(drv, nos)
     cmds = tuple(cli_diff.plan(desired, running))
     diff = cli_diff.unified(desired, running, name)
     stale = cli_diff.stale(desired, running)
     if not cmds and not (push and prune and stale):
-        return SwitchOutcome(name, nos, "unchanged", stale=_labels(stale))
+        if push and unsaved:
+            drv.save()
+            return SwitchOutcome(name, nos, "unchanged", stale=_labels(stale), saved=True,
+                                 note=f"saved: {unsaved}")
+        return SwitchOutcome(name, nos, "unchanged", stale=_labels(stale), note=unsaved)
     if not push:
-        return SwitchOutcome(name, nos, "changes", diff, cmds, stale=_labels(stale))
+        return SwitchOutcome(name, nos, "changes", diff, cmds, stale=_labels(stale),
+                             note=unsaved)
+    if on_send is not None:
+        on_send(name)
     applied: tuple[str, ...] = ()
     after = running
     if cmds:
@@ -196,7 +245,8 @@ def _switch(drv: SwitchDriver, name: str, nos: str, desired: str, push: bool,
     left = cli_diff.stale(desired, after)  # what the adds did not replace
     if not (prune and left):
         drv.save()
-        return SwitchOutcome(name, nos, "pushed", diff, cmds, applied, stale=_labels(left))
+        return SwitchOutcome(name, nos, "pushed", diff, cmds, applied, stale=_labels(left),
+                             saved=True)
     return _prune(drv, name, nos, desired, (diff, cmds, applied), after, left)
 
 
@@ -253,7 +303,7 @@ def _prune(drv: SwitchDriver, name: str, nos: str, desired: str,
     if res.failed is None and len(gone) == len(stale) and not lost:
         drv.save()
         return SwitchOutcome(name, nos, "pushed", diff, cmds + neg, applied + res.applied,
-                             pruned=_labels(gone))
+                             pruned=_labels(gone), saved=True)
     why = (f"'{res.failed}' refused ({res.error})" if res.failed is not None
            else f"removing them also removed '{cli_diff.label(lost[-1])}'" if lost
            else f"'{cli_diff.label(next(p for p in stale if p in now))}' still there")
@@ -276,4 +326,5 @@ def _prune(drv: SwitchDriver, name: str, nos: str, desired: str,
     return SwitchOutcome(name, nos, "failed", diff, cmds + neg, applied + res.applied, back,
                          f"prune: {why}; {put}; {saved}",
                          stale=_labels([p for p in stale if p in now]),
-                         pruned=_labels([p for p in gone if p not in now]))
+                         pruned=_labels([p for p in gone if p not in now]),
+                         saved=not unrendered)

@@ -165,21 +165,33 @@ def _last(out: str) -> str:
     return lines[-1][:200] if lines else "no output"
 
 
-def run(shell: Shell, name: str, nos: str, desired: str, push: bool) -> SwitchOutcome:
+def run(shell: Shell, name: str, nos: str, desired: str, push: bool, *, unsaved: str = "",
+        on_send: Callable[[str], None] | None = None) -> SwitchOutcome:
     """Diff (push=False) or push one NVUE/SONiC switch; roll back through the OS on failure.
     `applied` lists the managed settings that changed on the switch; `undone` the rollback
-    commands sent."""
+    commands sent. `unsaved`, `on_send`: as ops._switch (a killed push saved now)."""
     flavor = FLAVORS[nos]
     before_text = _show(shell, flavor)
     todo = missing(flavor, desired, before_text)
     if not todo:
-        return SwitchOutcome(name, nos, "unchanged")
+        if push and unsaved:
+            sent: list[str] = []
+            try:
+                _run_all(shell, flavor.save, sent)
+            except _Failed as exc:
+                return SwitchOutcome(name, nos, "failed", commands=tuple(sent),
+                                     error=f"'{exc.command}' failed ({exc.output}): {unsaved}")
+            return SwitchOutcome(name, nos, "unchanged", commands=tuple(sent), saved=True,
+                                 note=f"saved: {unsaved}")
+        return SwitchOutcome(name, nos, "unchanged", note=unsaved)
     diff = "\n".join(f"+ {p} = {flavor.leaves(desired)[p]}" for p in todo)
     payload = flavor.payload(desired, before_text)
     plan = (*flavor.snapshot, *flavor.stage, *flavor.apply, *flavor.save)
     if not push:
-        return SwitchOutcome(name, nos, "changes", diff, plan)
-    sent: list[str] = []
+        return SwitchOutcome(name, nos, "changes", diff, plan, note=unsaved)
+    if on_send is not None:
+        on_send(name)
+    sent = []
     try:
         _run_all(shell, flavor.snapshot, sent)
         shell.put(flavor.candidate, payload)
@@ -222,7 +234,7 @@ def run(shell: Shell, name: str, nos: str, desired: str, push: bool) -> SwitchOu
         return _after_undo(shell, flavor, name, desired, before_text, diff, sent, applied, undo,
                            f"'{exc.command}' failed ({exc.output})")
     _cleanup(shell, flavor)
-    return SwitchOutcome(name, nos, "pushed", diff, tuple(sent), tuple(todo))
+    return SwitchOutcome(name, nos, "pushed", diff, tuple(sent), tuple(todo), saved=True)
 
 
 def _after_undo(shell: Shell, flavor: Flavor, name: str, desired: str, before_text: str,

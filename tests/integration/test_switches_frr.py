@@ -151,5 +151,17 @@ def test_push_reaches_the_kernel_and_refused_line_is_undone(frr: Frr) -> None:
         routes = _routes(frr.netns)
         assert "10.251.10.0/24" not in routes and "10.251.11.0/24" not in routes
         assert _static(frr.netns, "10.251.9.0/24")  # earlier, saved state untouched
+
+        # A push killed after vtysh took its line and before `write memory`: the running
+        # config agrees with the rendering, frr.conf does not. The note (ops.unsaved, from
+        # the store) makes the push save it with nothing to send.
+        cut = desired + "ip route 10.251.12.0/24 10.251.1.2\n"
+        assert drv.apply(["ip route 10.251.12.0/24 10.251.1.2"]).failed is None
+        assert "10.251.12.0/24" not in frr.config.read_text()
+        diff = _switch(drv, "frrsim", "cisco_ios", cut, push=False, unsaved="cut off")
+        assert (diff.status, diff.note) == ("unchanged", "cut off")
+        out = _switch(drv, "frrsim", "cisco_ios", cut, push=True, unsaved="cut off")
+        assert (out.status, out.saved, out.commands) == ("unchanged", True, ())
+        assert "ip route 10.251.12.0/24 10.251.1.2" in frr.config.read_text()  # saved
     finally:
         drv.close()

@@ -81,10 +81,12 @@ def run(ctx: Context, hosts: Sequence[str],
         journal.emit(Progress(name, STEP, "start", "check passed; diff and push"))
     nodes = sorted(set().union(*on.values())) if ports_only else None
     done = ops.outcomes(ctx.loaded, ctx.env, names, push=True, connect=connect,
-                        timeout_s=timeout_s, nodes=nodes, stand_ins=ctx.profile.stand_ins)
+                        timeout_s=timeout_s, nodes=nodes, stand_ins=ctx.profile.stand_ins,
+                        cut_off=ops.unsaved(journal.store),
+                        on_send=ops.write_ahead(journal.store, journal.run_id))
     targets = ops.targets(ctx.loaded, stand_ins=ctx.profile.stand_ins)
     for o in done:
-        journal.store.record(o.switch, "fabric_push", asdict(o) | (
+        journal.store.record(o.switch, ops.OUTCOME, asdict(o) | (
             {"ports_of": sorted(on[o.switch])} if ports_only else {}), run_id=journal.run_id)
         stands_in = targets[o.switch].stands_in_for
         text = _summary(o) + (f" (only the ports of {', '.join(sorted(on[o.switch]))})"
@@ -105,7 +107,8 @@ def _summary(o: SwitchOutcome) -> str:
     stale = (f"; {len(o.stale)} stale line(s) left in place, first '{o.stale[0]}' "
              "(`provision fabric push --prune` removes them)" if o.stale else "")
     if o.status == "unchanged":
-        return "unchanged: the running config already holds the rendered one" + stale
+        return ("unchanged: the running config already holds the rendered one"
+                + (f"; {o.note}" if o.note else "") + stale)
     if o.status == "pushed":
         return f"pushed {len(o.applied)} line(s), read back and saved" + stale
     return f"{o.status}: {o.error}"
