@@ -140,6 +140,39 @@ class NodeInstall:
     block: BlockType
     nameservers: tuple[str, ...] = ()  # software.sources.dns_servers
     search: tuple[str, ...] = ()  # software.sources.dns_search
+    # Booted from a provisioning network: the management NIC's MAC, its address (with
+    # prefix) and the management network's gateway. Ansible reaches the installed node
+    # there, so the installer's network brings it up too (the default route goes by it).
+    mgmt: tuple[str, str, str | None] | None = None
+
+
+def _install_network(node: NodeInstall) -> dict[str, Any]:
+    """The installer's (and so the installed system's) netplan ethernets: the boot NIC and,
+    when the node booted from a provisioning network, its management NIC (the same NIC
+    when the MACs agree: both addresses on it). One default route: the management
+    network's gateway when there is one, else the boot network's."""
+    boot: dict[str, Any] = {"match": {"macaddress": node.mac}, "set-name": "boot",
+                            "addresses": [node.address]}
+    ethernets = {"boot": boot}
+    route_on, gateway = boot, node.gateway
+    if node.mgmt is not None:
+        mac, address, mgmt_gateway = node.mgmt
+        if mac.lower() == node.mac.lower():
+            boot["addresses"].append(address)
+            mgmt = boot
+        else:
+            mgmt = ethernets["mgmt"] = {"match": {"macaddress": mac}, "set-name": "mgmt",
+                                        "addresses": [address]}
+        if mgmt_gateway:
+            route_on, gateway = mgmt, mgmt_gateway
+    if gateway:
+        route_on["routes"] = [{"to": "default", "via": gateway}]
+    # netplan's nameservers (addresses, search); the installer writes this network config
+    # into the installed system, whose address is static: its only resolvers.
+    if node.nameservers or node.search:
+        route_on["nameservers"] = {k: list(v) for k, v in (
+            ("addresses", node.nameservers), ("search", node.search)) if v}
+    return ethernets
 
 
 def user_data(node: NodeInstall, *, user: str, keys: list[str], key: HostKey,
@@ -168,15 +201,7 @@ def user_data(node: NodeInstall, *, user: str, keys: list[str], key: HostKey,
         cloud["users"] = [{"name": user, "lock_passwd": True, "shell": "/bin/bash",
                            "sudo": "ALL=(ALL) NOPASSWD:ALL", "ssh_authorized_keys": keys}]
     rule = os_disk_rule(node.block)
-    ethernet: dict[str, Any] = {"match": {"macaddress": node.mac}, "set-name": "boot",
-                                "addresses": [node.address]}
-    if node.gateway:
-        ethernet["routes"] = [{"to": "default", "via": node.gateway}]
-    # netplan's nameservers (addresses, search); the installer writes this network config
-    # into the installed system, whose address is static: its only resolvers.
-    if node.nameservers or node.search:
-        ethernet["nameservers"] = {k: list(v) for k, v in (
-            ("addresses", node.nameservers), ("search", node.search)) if v}
+    ethernets = _install_network(node)
     doc: dict[str, Any] = {
         "version": 1,
         "user-data": cloud,
@@ -185,7 +210,7 @@ def user_data(node: NodeInstall, *, user: str, keys: list[str], key: HostKey,
         # before any disk is probed or touched: refuse one that holds something
         "early-commands": [install.disk_guard(callback_url)],
         "storage": storage(rule),
-        "network": {"version": 2, "ethernets": {"boot": ethernet}},
+        "network": {"version": 2, "ethernets": ethernets},
         "late-commands": late,
     }
     if mirror:

@@ -49,6 +49,23 @@ def provisioning_network(loaded: LoadedSite) -> Network:
                       hint="add a network of kind provisioning (or management)")
 
 
+def _management_nic(loaded: LoadedSite, boot: Network, hostname: str
+                    ) -> tuple[str, str, str | None] | None:
+    """(MAC, address/prefix, gateway) of the node's management NIC when it boots from
+    another network (kind provisioning); None when it boots from the management network
+    or has no management address. Without a management MAC, the boot NIC's."""
+    mgmt = next((n for n in loaded.site.networks if n.kind is NetworkKind.MANAGEMENT), None)
+    if mgmt is None or mgmt.name == boot.name:
+        return None
+    node = next(h.node for h in servers(loaded) if h.hostname == hostname)
+    address = node.addresses.get(mgmt.name)
+    if address is None:
+        return None
+    mac = node.macs.get(mgmt.name) or node.macs[boot.name]
+    return (mac, f"{address}/{mgmt.cidr.prefixlen}",
+            str(mgmt.gateway) if mgmt.gateway else None)
+
+
 def boot_hosts(loaded: LoadedSite, net: Network) -> tuple[list[BootHost], list[str]]:
     """Servers with a MAC and an address on the boot network; and those that lack one."""
     hosts, missing = [], []
@@ -191,7 +208,8 @@ def render_pxe(loaded: LoadedSite, out: Path, *, server: IPv4Address, http_port:
             node = autoinstall.NodeInstall(
                 hostname=h.hostname, mac=h.mac, address=f"{h.address}/{net.cidr.prefixlen}",
                 gateway=str(net.gateway) if net.gateway else None, block=blocks[h.hostname],
-                nameservers=dns, search=tuple(src.dns_search))
+                nameservers=dns, search=tuple(src.dns_search),
+                mgmt=_management_nic(loaded, net, h.hostname))
             doc = autoinstall.user_data(node, user=loaded.site.site.ssh.user, keys=keys,
                                         key=key, mirror=loaded.site.software.mirror or "",
                                         callback_url=f"{base}{install.CALLBACK}{h.hostname}")

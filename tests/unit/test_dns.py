@@ -80,3 +80,40 @@ def test_without_resolvers_nothing_is_made_up(tmp_path):
     doc = yaml.safe_load((out / "autoinstall/dgx01/user-data").read_text())["autoinstall"]
     assert "nameservers" not in doc["network"]["ethernets"]["boot"]
     assert "dns-server" not in (out / "dnsmasq.conf").read_text()
+
+
+PROV = "  - {name: prov, kind: provisioning, cidr: 10.249.0.0/24}\n"
+NETS = "  - {name: oob, kind: oob, cidr: 10.250.1.0/24}\n"
+
+
+@pytest.mark.parametrize("macs, nics", [
+    ('prov: "52:54:00:00:09:21", mgmt: "52:54:00:00:00:21",', ["boot", "mgmt"]),
+    ('prov: "52:54:00:00:00:21",', ["boot"])])  # no management MAC: the boot NIC's
+def test_a_node_booted_from_a_provisioning_network_comes_up_on_management_too(
+        tmp_path, macs, nics):
+    """Ansible reaches an installed node on its management address: booted from another
+    network, the installer's netplan brings that address up too (on its own NIC, or on the
+    boot NIC when the inventory names no other), with the default route by the management
+    gateway and the resolvers there."""
+    site = edited_example(tmp_path, NETS, NETS + PROV)
+    placements = site / "placements.yaml"
+    placements.write_text(placements.read_text().replace(
+        "addresses: {mgmt: 10.250.0.21,", "addresses: {prov: 10.249.0.21, mgmt: 10.250.0.21,"
+    ).replace('macs: {mgmt: "52:54:00:00:00:21",', "macs: {" + macs))
+    site_yaml = site / "site.yaml"
+    site_yaml.write_text(site_yaml.read_text().replace(ANCHOR, ANCHOR + DNS, 1))
+    assert not [f for f in refusing(site_findings(load(site)))]
+    out = tmp_path / "pxe"
+    pxe.render_pxe(load(site), out, server=IPv4Address("10.249.0.1"))
+    eths = yaml.safe_load((out / "autoinstall/dgx01/user-data").read_text())[
+        "autoinstall"]["network"]["ethernets"]
+    assert sorted(eths) == sorted(nics)
+    mgmt = eths[nics[-1]]
+    assert mgmt["match"] == {"macaddress": "52:54:00:00:00:21"}
+    assert "10.250.0.21/24" in mgmt["addresses"]
+    assert mgmt["routes"] == [{"to": "default", "via": "10.250.0.1"}]
+    assert mgmt["nameservers"]["addresses"] == ["10.250.0.53", "10.250.0.54"]
+    assert "10.249.0.21/24" in eths["boot"]["addresses"]
+    if nics == ["boot", "mgmt"]:
+        assert eths["boot"]["match"] == {"macaddress": "52:54:00:00:09:21"}
+        assert "routes" not in eths["boot"]  # one default route
