@@ -134,9 +134,21 @@ BOOTERS = ThreadPoolExecutor(2)
 NET_OBSERVE = "ip -j addr show; ip -j rule show; ip -j route show table all"
 
 
-def _plans(out: Path) -> dict[str, list[dict[str, Any]]]:
-    """The host network plan of NODE and PEER, as `provision render` writes it."""
-    rendered = render.render(load(ROOT / "inventories" / "example"), out / "render").out
+STORAGE_MTU_EDIT = ("{name: storage, kind: storage, cidr: 10.250.3.0/24, mtu: 9000",
+                    "{name: storage, kind: storage, cidr: 10.250.3.0/24, mtu: 4000")
+
+
+def _plans(out: Path, *, edit: tuple[str, str] | None = None
+           ) -> dict[str, list[dict[str, Any]]]:
+    """The host network plan of NODE and PEER, as `provision render` writes it; with `edit`,
+    of a copy of the example whose site.yaml has that one change."""
+    site = ROOT / "inventories" / "example"
+    if edit is not None:
+        site = shutil.copytree(site, out / "site", ignore=shutil.ignore_patterns(".provision"))
+        text = (site / "site.yaml").read_text()
+        assert edit[0] in text, edit
+        (site / "site.yaml").write_text(text.replace(*edit))
+    rendered = render.render(load(site), out / "render").out
     return {n: yaml.safe_load((rendered / "inventory/host_vars" / f"{n}.yml").read_text())[
         "host_network_interfaces"] for n in (NODE, PEER)}
 
@@ -352,7 +364,11 @@ def main(argv: list[str]) -> int:
                 _ssh(g, f"ip link set dev {shlex.quote(roce[n]['name'])} mtu 1500")
             found["rdma_1500"] = _rdma_path(host, peer, address, rping=False)
             lap("rdma_1500")
-            found["second"] = _run(out / "run")
+            # and one change in the inventory: the storage network's MTU, 9000 to 4000
+            found["plans_second"] = _plans(out / "edited", edit=STORAGE_MTU_EDIT)
+            _project({host: found["plans_second"][NODE], peer: found["plans_second"][PEER]},
+                     out / "run2")
+            found["second"] = _run(out / "run2")
             lap("second_run")
             found["after_second"] = _observe(host)
             found["net_after_second"] = {NODE: _net(host), PEER: _net(peer)}
