@@ -134,8 +134,10 @@ BOOTERS = ThreadPoolExecutor(2)
 NET_OBSERVE = "ip -j addr show; ip -j rule show; ip -j route show table all"
 
 
-STORAGE_MTU_EDIT = ("{name: storage, kind: storage, cidr: 10.250.3.0/24, mtu: 9000",
-                    "{name: storage, kind: storage, cidr: 10.250.3.0/24, mtu: 4000")
+# the storage network's MTU, 9000 to 4000, and its VLAN tagged at the hosts from now on
+STORAGE_EDIT = ("{name: storage, kind: storage, cidr: 10.250.3.0/24, mtu: 9000, vlan: 200}",
+                "{name: storage, kind: storage, cidr: 10.250.3.0/24, mtu: 4000, vlan: 200, "
+                "host_tagged: true}")
 
 
 def _plans(out: Path, *, edit: tuple[str, str] | None = None
@@ -364,8 +366,8 @@ def main(argv: list[str]) -> int:
                 _ssh(g, f"ip link set dev {shlex.quote(roce[n]['name'])} mtu 1500")
             found["rdma_1500"] = _rdma_path(host, peer, address, rping=False)
             lap("rdma_1500")
-            # and one change in the inventory: the storage network's MTU, 9000 to 4000
-            found["plans_second"] = _plans(out / "edited", edit=STORAGE_MTU_EDIT)
+            # and a change in the inventory: the storage network's MTU and tagging
+            found["plans_second"] = _plans(out / "edited", edit=STORAGE_EDIT)
             _project({host: found["plans_second"][NODE], peer: found["plans_second"][PEER]},
                      out / "run2")
             found["second"] = _run(out / "run2")

@@ -171,22 +171,28 @@ def test_every_data_network_is_on_its_nic_with_the_inventory_s_address_and_mtu(f
 
 
 @pytest.mark.parametrize("node", ["dgx01", "dgx02"])
-def test_an_mtu_changed_in_the_inventory_moves_exactly_that_on_the_host(found, node):
-    """Before the second run the storage network's MTU went from 9000 to 4000 in the
-    inventory (site.yaml): on each guest the storage port has 4000 after it, and every
-    other address, MTU and name is as the first run left it (the RoCE port's MTU, set to
-    1500 by hand meanwhile, is 9000 again)."""
+def test_an_mtu_and_a_tag_changed_in_the_inventory_move_exactly_those_on_the_host(found, node):
+    """Before the second run the storage network went from MTU 9000 to 4000 and to tagged
+    at the hosts (`host_tagged`, VLAN 200) in the inventory (site.yaml): on each guest its
+    address moved to a VLAN sub-interface storage.200 of the storage port, both at 4000,
+    the port without an address; every other name, address and MTU is as the first run left
+    it (the RoCE port's MTU, set to 1500 by hand meanwhile, is 9000 again)."""
     first, second = found["plans"][node], found["plans_second"][node]
-    assert [(i["name"], i["mtu"]) for i in second] == [
-        (i["name"], 4000 if i["network"] == "storage" else i["mtu"]) for i in first]
+    storage = next(i for i in second if i["network"] == "storage")
+    assert (storage["name"], storage["port"], storage["vlan"], storage["mtu"]) == (
+        "storage.200", "storage", 200, 4000)
+    assert [i for i in second if i["network"] != "storage"] == [
+        i for i in first if i["network"] != "storage"]
     after, again = _links(found["net_after"][node]), _links(found["net_after_second"][node])
-    assert set(after) == set(again)
+    vlan = again["storage.200"]
+    assert (vlan.get("link"), vlan["mtu"], _inet(vlan)) == ("storage", 4000,
+                                                             {storage["address"]}), vlan
+    assert (again["storage"]["mtu"], _inet(again["storage"])) == (4000, set()), again["storage"]
+    assert set(again) == set(after) | {"storage.200"}
     for name, link in after.items():
-        moved = again[name]
-        planned = next((i for i in second if i["name"] == name), None)
-        assert moved["mtu"] == (planned["mtu"] if planned else link["mtu"]), (name, moved)
-        assert _inet(moved) == _inet(link), (name, moved)
-        assert moved["address"] == link["address"], (name, moved)
+        if name != "storage":
+            assert (again[name]["mtu"], _inet(again[name]), again[name]["address"]) == (
+                link["mtu"], _inet(link), link["address"]), (name, again[name])
 
 
 def _mapped(gid: str) -> str | None:
