@@ -26,6 +26,7 @@ import threading
 import time
 import traceback
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from ipaddress import IPv4Address
 from pathlib import Path
@@ -134,22 +135,38 @@ BOOTERS = ThreadPoolExecutor(2)
 NET_OBSERVE = "ip -j addr show; ip -j rule show; ip -j route show table all"
 
 
-# the storage network's MTU, 9000 to 4000, and its VLAN tagged at the hosts from now on
-STORAGE_EDIT = ("{name: storage, kind: storage, cidr: 10.250.3.0/24, mtu: 9000, vlan: 200}",
-                "{name: storage, kind: storage, cidr: 10.250.3.0/24, mtu: 4000, vlan: 200, "
-                "host_tagged: true}")
+Edit = tuple[str, str, str]  # (file of the site, text there, what replaces it)
+
+# A second RoCE rail, as a DGX's compute ports are: its own network and subnet, an address
+# and a port (MAC) on each guest; with two rails each gets a routing table and a rule.
+RAILS: tuple[Edit, ...] = (
+    ("site.yaml", "  - {name: roce, kind: roce, cidr: 10.250.2.0/24, mtu: 9000, vlan: 100}\n",
+     "  - {name: roce, kind: roce, cidr: 10.250.2.0/24, mtu: 9000, vlan: 100}\n"
+     "  - {name: rail2, kind: roce, cidr: 10.251.2.0/24, mtu: 9000}\n"),
+    ("site.yaml", '    - {rule: rack_leaf, nic: roce, port_pattern: "swp{n}s0"}\n',
+     '    - {rule: rack_leaf, nic: roce, port_pattern: "swp{n}s0"}\n'
+     '    - {rule: rack_leaf, nic: rail2, port_pattern: "swp{n}s1"}\n'),
+    *(("placements.yaml", f"roce: 10.250.2.{n}, storage",
+       f"roce: 10.250.2.{n}, rail2: 10.251.2.{n}, storage") for n in (21, 22)),
+    *(("placements.yaml", f'roce: "52:54:00:00:01:{n}", storage',
+       f'roce: "52:54:00:00:01:{n}", rail2: "52:54:00:00:03:{n}", storage')
+      for n in (21, 22)))
+# then the storage network's MTU, 9000 to 4000, and its VLAN tagged at the hosts
+STORAGE_EDIT: Edit = (
+    "site.yaml", "{name: storage, kind: storage, cidr: 10.250.3.0/24, mtu: 9000, vlan: 200}",
+    "{name: storage, kind: storage, cidr: 10.250.3.0/24, mtu: 4000, vlan: 200, "
+    "host_tagged: true}")
 
 
-def _plans(out: Path, *, edit: tuple[str, str] | None = None
-           ) -> dict[str, list[dict[str, Any]]]:
-    """The host network plan of NODE and PEER, as `provision render` writes it; with `edit`,
-    of a copy of the example whose site.yaml has that one change."""
-    site = ROOT / "inventories" / "example"
-    if edit is not None:
-        site = shutil.copytree(site, out / "site", ignore=shutil.ignore_patterns(".provision"))
-        text = (site / "site.yaml").read_text()
-        assert edit[0] in text, edit
-        (site / "site.yaml").write_text(text.replace(*edit))
+def _plans(out: Path, edits: Sequence[Edit]) -> dict[str, list[dict[str, Any]]]:
+    """The host network plan of NODE and PEER, as `provision render` writes it for a copy
+    of the example with these edits."""
+    site = shutil.copytree(ROOT / "inventories" / "example", out / "site",
+                           ignore=shutil.ignore_patterns(".provision"))
+    for name, old, new in edits:
+        text = (site / name).read_text()
+        assert old in text, (name, old)
+        (site / name).write_text(text.replace(old, new, 1))
     rendered = render.render(load(site), out / "render").out
     return {n: yaml.safe_load((rendered / "inventory/host_vars" / f"{n}.yml").read_text())[
         "host_network_interfaces"] for n in (NODE, PEER)}
@@ -319,7 +336,7 @@ def main(argv: list[str]) -> int:
         data = _data_disk(out)
         found["data_sha256"] = [_sha256(data)]
         srv, store = _boot_server(out)
-        plans = _plans(out)
+        plans = _plans(out / "planned", RAILS)
         found["plans"] = plans
         nics_a, nics_b = kernel_host.wired_pair([i["mac"] for i in plans[NODE]],
                                                 [i["mac"] for i in plans[PEER]])
@@ -367,7 +384,7 @@ def main(argv: list[str]) -> int:
             found["rdma_1500"] = _rdma_path(host, peer, address, rping=False)
             lap("rdma_1500")
             # and a change in the inventory: the storage network's MTU and tagging
-            found["plans_second"] = _plans(out / "edited", edit=STORAGE_EDIT)
+            found["plans_second"] = _plans(out / "edited", (*RAILS, STORAGE_EDIT))
             _project({host: found["plans_second"][NODE], peer: found["plans_second"][PEER]},
                      out / "run2")
             found["second"] = _run(out / "run2")

@@ -159,7 +159,7 @@ def test_every_data_network_is_on_its_nic_with_the_inventory_s_address_and_mtu(f
     inventory gives for each data network has the name, address and MTU of the rendered
     plan; before the run it had none of it."""
     plan = found["plans"][node]
-    assert {i["network"] for i in plan} == {"roce", "storage"}
+    assert {i["network"] for i in plan} == {"roce", "rail2", "storage"}
     before, after = _links(found["net_before"][node]), _links(found["net_after"][node])
     for i in plan:
         link = after[i["name"]]
@@ -168,6 +168,25 @@ def test_every_data_network_is_on_its_nic_with_the_inventory_s_address_and_mtu(f
         assert link["operstate"] in ("UP", "UNKNOWN"), link
         old = next(x for x in before.values() if x.get("address") == i["mac"])
         assert old["ifname"] != i["name"] and i["address"] not in _inet(old), old
+
+
+@pytest.mark.parametrize("node", ["dgx01", "dgx02"])
+def test_each_rail_routes_from_its_own_address_by_its_own_table(found, node):
+    """Two RoCE rails (the example's roce and a second, rail2, each its own subnet and
+    port): in each guest, `ip -j rule` has `from <rail address> lookup <table>` for each,
+    and `ip -j route show table all` has the rail's subnet on its own port in that table,
+    tables 101 and 102 as the plan says, so traffic sourced from a rail leaves by it."""
+    plan = [i for i in found["plans"][node] if i["kind"] == "roce"]
+    assert [(i["network"], i["table"]) for i in plan] == [("roce", 101), ("rail2", 102)]
+    _addrs, rules, routes = found["net_after"][node]
+    for i in plan:
+        ip = ipaddress.IPv4Interface(i["address"])
+        assert any(r.get("src") == str(ip.ip) and str(r.get("table")) == str(i["table"])
+                   for r in rules), rules
+        assert any(r.get("dst") == str(ip.network) and r.get("dev") == i["name"]
+                   and str(r.get("table")) == str(i["table"]) for r in routes), routes
+    before_rules = found["net_before"][node][1]
+    assert not [r for r in before_rules if str(r.get("table")) in ("101", "102")]
 
 
 @pytest.mark.parametrize("node", ["dgx01", "dgx02"])
