@@ -158,15 +158,21 @@ NO_NIC = 3  # the script's exit status when the interface does not exist
 
 
 def host_script(nic: str) -> str:
-    """The MTU first (sysfs, every Linux), the RDMA devices behind the NIC and their GIDs
-    with their types (sysfs: an unused GID's type does not read), then mlnx_qos where it is
-    installed."""
+    """The MTU first (sysfs, every Linux), the RDMA devices whose GIDs sit on the NIC and
+    those GIDs with their types, then mlnx_qos where it is installed. A GID's netdev is
+    `gid_attrs/ndevs/<i>` (sysfs): found that way, not through the NIC's PCI device, an
+    RDMA device on a bond (RoCE LAG) or a soft-RoCE one (rdma_rxe) is found too; an unused
+    GID's type does not read."""
     q = shlex.quote(nic)
+    # `read`, a shell builtin, not `$(cat ...)`: a port has hundreds of GID entries (soft-
+    # RoCE over a thousand), and a fork each took 45 s in the lab's emulated guest
     return (f"cat /sys/class/net/{q}/mtu 2>/dev/null || exit {NO_NIC}; "
-            f"for d in /sys/class/net/{q}/device/infiniband/*; do [ -d \"$d\" ] || continue; "
-            'echo "rdma ${d##*/}"; for g in "$d"/ports/*/gids/*; do i=${g##*/}; '
-            'p=${g%/gids/*}; t=$(cat "$p/gid_attrs/types/$i" 2>/dev/null) || continue; '
-            '[ -n "$t" ] && echo "gid $(cat "$g") $t"; done; done; '
+            'for p in /sys/class/infiniband/*/ports/*; do [ -d "$p/gid_attrs/ndevs" ] || '
+            'continue; d=${p%/ports/*}; for n in "$p"/gid_attrs/ndevs/*; do v=; '
+            '{ read -r v < "$n"; } 2>/dev/null; '
+            f'[ "$v" = {q} ] || continue; i=${{n##*/}}; t=; '
+            '{ read -r t < "$p/gid_attrs/types/$i"; } 2>/dev/null; [ -n "$t" ] || continue; '
+            'g=; read -r g < "$p/gids/$i"; echo "rdma ${d##*/}"; echo "gid $g $t"; done; done; '
             f"command -v mlnx_qos >/dev/null || exit 127; mlnx_qos -i {q}")
 
 
@@ -183,7 +189,8 @@ def parse_host_read(host: str, nic: str, text: str, code: int) -> HostRead | str
     qos_lines: list[str] = []
     for line in rest.splitlines():
         if line.startswith("rdma "):
-            devices.append(line[5:].strip())
+            if line[5:].strip() not in devices:
+                devices.append(line[5:].strip())
         elif line.startswith("gid "):
             gid, _, kind = line[4:].strip().partition(" ")
             gids.append((gid, kind.strip()))

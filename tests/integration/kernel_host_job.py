@@ -39,6 +39,7 @@ from provisioner.inventory import load
 from provisioner.lab import kernel_host
 from provisioner.render import pxe
 from provisioner.state import StateStore
+from provisioner.switches import live
 from provisioner.workflows.steps import intent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,6 +177,12 @@ def _net(host: kernel_host.KernelHost) -> list[Any]:
     """`ip -j` addresses, rules and routes (every table) inside the guest."""
     proc = _ssh(host, NET_OBSERVE)
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def _live_read(host: kernel_host.KernelHost, nic: str) -> tuple[str, int]:
+    """`fabric check --live`'s own host script (switches/live.py), run in the guest."""
+    proc = _ssh(host, live.host_script(nic), check=False)
+    return proc.stdout, proc.returncode
 
 
 def _ssh(host: kernel_host.KernelHost, command: str, *, check: bool = True,
@@ -374,6 +381,8 @@ def main(argv: list[str]) -> int:
             found["rxe"] = [_soft_roce(host, roce[NODE]["name"]),
                             _soft_roce(peer, roce[PEER]["name"])]
             found["rdma"] = _rdma_path(host, peer, address)
+            # what `fabric check --live` reads from a host, read from this one
+            found["live"] = _live_read(host, roce[NODE]["name"])
             lap("rdma")
             # values changed by hand since: the second run must put back those, and only
             # those; meanwhile the RDMA path at the RoCE ports' MTU left at 1500
@@ -382,6 +391,7 @@ def main(argv: list[str]) -> int:
             for g, n in ((host, NODE), (peer, PEER)):
                 _ssh(g, f"ip link set dev {shlex.quote(roce[n]['name'])} mtu 1500")
             found["rdma_1500"] = _rdma_path(host, peer, address, rping=False)
+            found["live_1500"] = _live_read(host, roce[NODE]["name"])
             lap("rdma_1500")
             # and a change in the inventory: the storage network's MTU and tagging
             found["plans_second"] = _plans(out / "edited", (*RAILS, STORAGE_EDIT))

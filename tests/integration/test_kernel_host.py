@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from provisioner import profile
+from provisioner.switches import live
 from tests.conftest import IS_ROOT, ROOT, requires_peer
 
 pytestmark = [pytest.mark.integration, requires_peer(
@@ -254,6 +255,30 @@ def test_soft_roce_runs_rdma_over_the_configured_port_with_an_ipv4_gid_and_its_m
     low = found["rdma_1500"]["bw"]
     assert low["rc"] == 0, low
     assert _report_mtu(low["client"]) == 1024 and _average_mb_s(low["client"]) > 0
+
+
+def test_fabric_check_live_reads_the_host_s_mtu_and_its_soft_roce_gid(found):
+    """`fabric check --live`'s host script, run in the kernel host with soft-RoCE on its
+    RoCE port: it reads MTU 9000 and finds the RDMA device by its GIDs' netdev, with the
+    RoCE v2 GID of the address the role set, so no mismatch; with the port at 1500 by hand,
+    the MTU comparison names node, NIC, switch, port and both values."""
+    plan = next(i for i in found["plans"]["dgx01"] if i["network"] == "roce")
+    address = plan["address"].split("/")[0]
+    read = live.parse_host_read("dgx01", plan["name"], *found["live"])
+    assert isinstance(read, live.HostRead), read
+    assert (read.mtu_bytes, read.rdma_devices) == (9000, ("rxe0",)), read
+    assert live.gid_mismatches("dgx01", plan["name"], address, read, "leaf01", "swp1s0") == []
+    assert live.gid_mismatches("dgx01", plan["name"], "10.250.2.99", read, "leaf01",
+                               "swp1s0")  # another address's GID is not there
+    assert live.mtu_mismatches("dgx01", plan["name"], read.mtu_bytes, 9000, "leaf01",
+                               "swp1s0", 9216, None) == []
+    low = live.parse_host_read("dgx01", plan["name"], *found["live_1500"])
+    assert isinstance(low, live.HostRead) and low.mtu_bytes == 1500, low
+    [m] = live.mtu_mismatches("dgx01", plan["name"], low.mtu_bytes, 9000, "leaf01", "swp1s0",
+                              9216, None)
+    said = m.format()
+    assert all(w in said for w in ("dgx01", plan["name"], "leaf01", "swp1s0", "1500",
+                                   "9000")), said
 
 
 def test_the_installer_refuses_a_disk_holding_a_system_unless_named_and_never_writes(found):

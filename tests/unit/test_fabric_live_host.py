@@ -124,18 +124,25 @@ def test_the_script_reads_no_rdma_device_where_the_nic_has_none():
 
 def test_the_script_lists_each_gid_with_a_type_and_skips_the_unused_ones(tmp_path):
     """The script's own loop, on a sysfs tree built here (the real one has no RDMA device):
-    GID 0 a link-local RoCE v2 one, GID 1 the address's, GID 2 unused (no type reads)."""
-    net = tmp_path / "class/net"
-    port = net / "roce/device/infiniband/mlx5_0/ports/1"
-    (port / "gids").mkdir(parents=True)
-    (port / "gid_attrs/types").mkdir(parents=True)
+    GID 0 a link-local RoCE v2 one, GID 1 the address's, GID 2 unused (no type reads), GID
+    3 on another netdev (the storage port), found by each GID's netdev (gid_attrs/ndevs)."""
+    net, ib = tmp_path / "class/net", tmp_path / "class/infiniband"
+    port = ib / "mlx5_0/ports/1"
+    for sub in ("gids", "gid_attrs/types", "gid_attrs/ndevs"):
+        (port / sub).mkdir(parents=True)
+    (net / "roce").mkdir(parents=True)
     (net / "roce/mtu").write_text("9000\n")
-    for i, gid, kind in ((0, "fe80:0000:0000:0000:ba3f:d2ff:fe00:0021", "RoCE v2"),
-                         (1, ROCE_V2, "RoCE v2"), (2, "0000:" * 7 + "0000", None)):
+    for i, gid, kind, ndev in (
+            (0, "fe80:0000:0000:0000:ba3f:d2ff:fe00:0021", "RoCE v2", "roce"),
+            (1, ROCE_V2, "RoCE v2", "roce"), (2, "0000:" * 7 + "0000", None, None),
+            (3, "0000:0000:0000:0000:0000:ffff:0afa:0315", "RoCE v2", "storage")):
         (port / "gids" / str(i)).write_text(gid + "\n")
         if kind is not None:
             (port / "gid_attrs/types" / str(i)).write_text(kind + "\n")
-    script = host_script("roce").replace("/sys/class/net", str(net))
+        if ndev is not None:
+            (port / "gid_attrs/ndevs" / str(i)).write_text(ndev + "\n")
+    script = host_script("roce").replace("/sys/class/net", str(net)).replace(
+        "/sys/class/infiniband", str(ib))
     proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False,
                           timeout=30, env={"PATH": "/usr/bin:/bin"})
     got = parse_host_read("dgx01", "roce", proc.stdout, proc.returncode)
