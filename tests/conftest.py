@@ -200,6 +200,20 @@ def edited_example(tmp_path: Path, old: str, new: str, name: str = "site") -> Pa
     return site
 
 
+def ios_leaf_example(tmp_path: Path, name: str = "site") -> Path:
+    """A copy of the example whose RoCE leaf is driven as an IOS-style switch (cabled on
+    Ethernet0/n), so a test's own SwitchDriver stands in for it."""
+    site = tmp_path / name
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
+    placements = site / "placements.yaml"
+    placements.write_text(placements.read_text().replace(
+        "management: {os: cumulus, credentials: switch}",
+        "management: {os: cisco_ios, credentials: switch}"))
+    site_yaml = site / "site.yaml"
+    site_yaml.write_text(site_yaml.read_text().replace('"swp{n}s0"', '"Ethernet0/{n}"'))
+    return site
+
+
 def role_task(role: str, name: str, file: str = "tasks/main.yml") -> dict[str, object]:
     """The task (or handler) called `name` in a role's file."""
     tasks = yaml.safe_load((ROOT / "roles" / role / file).read_text())

@@ -49,21 +49,22 @@ def provisioning_network(loaded: LoadedSite) -> Network:
                       hint="add a network of kind provisioning (or management)")
 
 
-def _management_nic(loaded: LoadedSite, boot: Network, hostname: str
-                    ) -> tuple[str, str, str | None] | None:
-    """(MAC, address/prefix, gateway) of the node's management NIC when it boots from
-    another network (kind provisioning); None when it boots from the management network
-    or has no management address. Without a management MAC, the boot NIC's."""
+def _management_nics(loaded: LoadedSite, boot: Network
+                     ) -> dict[str, tuple[str, str, str | None]]:
+    """Hostname -> (MAC, address/prefix, gateway) of its management NIC, for the nodes that
+    boot from another network (kind provisioning) and have a management address; none when
+    they boot from the management network. Without a management MAC, the boot NIC's."""
     mgmt = next((n for n in loaded.site.networks if n.kind is NetworkKind.MANAGEMENT), None)
     if mgmt is None or mgmt.name == boot.name:
-        return None
-    node = next(h.node for h in servers(loaded) if h.hostname == hostname)
-    address = node.addresses.get(mgmt.name)
-    if address is None:
-        return None
-    mac = node.macs.get(mgmt.name) or node.macs[boot.name]
-    return (mac, f"{address}/{mgmt.cidr.prefixlen}",
-            str(mgmt.gateway) if mgmt.gateway else None)
+        return {}
+    gateway = str(mgmt.gateway) if mgmt.gateway else None
+    out = {}
+    for h in servers(loaded):
+        address = h.node.addresses.get(mgmt.name)
+        mac = h.node.macs.get(mgmt.name) or h.node.macs.get(boot.name)
+        if address is not None and mac is not None:
+            out[h.hostname] = (mac, f"{address}/{mgmt.cidr.prefixlen}", gateway)
+    return out
 
 
 def boot_hosts(loaded: LoadedSite, net: Network) -> tuple[list[BootHost], list[str]]:
@@ -177,6 +178,7 @@ def render_pxe(loaded: LoadedSite, out: Path, *, server: IPv4Address, http_port:
                "dns_servers": [str(a) for a in loaded.site.software.sources.dns_servers],
                "dns_search": list(loaded.site.software.sources.dns_search)}
     blocks = {s.hostname: s.block for s in servers(loaded)}
+    mgmt_nics = _management_nics(loaded, net)
     src = loaded.site.software.sources
     dns = tuple(str(a) for a in src.dns_servers)
     known: dict[str, str] = {}
@@ -209,7 +211,7 @@ def render_pxe(loaded: LoadedSite, out: Path, *, server: IPv4Address, http_port:
                 hostname=h.hostname, mac=h.mac, address=f"{h.address}/{net.cidr.prefixlen}",
                 gateway=str(net.gateway) if net.gateway else None, block=blocks[h.hostname],
                 nameservers=dns, search=tuple(src.dns_search),
-                mgmt=_management_nic(loaded, net, h.hostname))
+                mgmt=mgmt_nics.get(h.hostname))
             doc = autoinstall.user_data(node, user=loaded.site.site.ssh.user, keys=keys,
                                         key=key, mirror=loaded.site.software.mirror or "",
                                         callback_url=f"{base}{install.CALLBACK}{h.hostname}")

@@ -143,8 +143,8 @@ def outcomes(loaded: LoadedSite, env: Mapping[str, str], names: Sequence[str], *
             drv = connect(ep)
         except ProvisionerError as exc:
             return SwitchOutcome(name, t.nos, "failed", error=str(exc))
-        left = name in (cut_off or {})
-        note = UNSAVED_NOTE.format(run=(cut_off or {}).get(name)) if left else ""
+        note = (UNSAVED_NOTE.format(run=cut_off[name]) if cut_off and name in cut_off
+                else "")
         try:
             if isinstance(drv, staged.Shell):
                 return staged.run(drv, name, t.nos, t.text, push, unsaved=note,

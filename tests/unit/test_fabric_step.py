@@ -16,7 +16,7 @@ from provisioner.state import StateStore
 from provisioner.workflows import engine
 from provisioner.workflows.steps import Context
 from provisioner.workflows.steps import fabric as fabric_step
-from tests.conftest import EXAMPLE
+from tests.conftest import EXAMPLE, ios_leaf_example
 
 PATH = (Phase.INSPECTED, Phase.BOOTING, Phase.OS_READY)
 
@@ -61,13 +61,7 @@ def test_a_switch_that_cannot_be_configured_holds_back_only_its_nodes(tmp_path: 
 
 
 def test_hosts_and_switch_disagreeing_push_nothing_and_name_both_ends(tmp_path: Path) -> None:
-    site = _copy(tmp_path)
-    placements = site / "placements.yaml"
-    placements.write_text(placements.read_text().replace(
-        "management: {os: cumulus, credentials: switch}",
-        "management: {os: cisco_ios, credentials: switch}"))
-    site_yaml = site / "site.yaml"
-    site_yaml.write_text(site_yaml.read_text().replace('"swp{n}s0"', '"Ethernet0/{n}"'))
+    site = ios_leaf_example(tmp_path)
     ctx, hosts = _ctx(site, {"PROVISION_SWITCH_PASSWORD": "pw"},
                       {"dgx01": Phase.OS_READY, "dgx02": Phase.BOOTING})
     assert fabric_step.run(ctx, hosts) == []  # nothing pushed

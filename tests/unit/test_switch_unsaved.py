@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import shutil
 import signal
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +21,7 @@ from provisioner.inventory import load
 from provisioner.state import StateStore
 from provisioner.switches import ops
 from provisioner.switches.base import Endpoint, SentLines
-from tests.conftest import EXAMPLE
+from tests.conftest import ios_leaf_example
 
 ENV = {"PROVISION_SWITCH_PASSWORD": "pw"}
 
@@ -52,18 +51,6 @@ class FileSwitch:
         pass
 
 
-def _site(tmp_path: Path) -> Path:
-    site = tmp_path / "site"
-    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns(".provision"))
-    placements = site / "placements.yaml"
-    placements.write_text(placements.read_text().replace(
-        "management: {os: cumulus, credentials: switch}",
-        "management: {os: cisco_ios, credentials: switch}"))
-    site_yaml = site / "site.yaml"
-    site_yaml.write_text(site_yaml.read_text().replace('"swp{n}s0"', '"Ethernet0/{n}"'))
-    return site
-
-
 def _push(site: Path, d: Path, store_path: Path, *, push: bool = True,
           die_on_save: bool = False) -> list[ops.SwitchOutcome]:
     loaded = load(site)
@@ -77,7 +64,7 @@ def _push(site: Path, d: Path, store_path: Path, *, push: bool = True,
 
 
 def test_a_push_killed_before_its_save_is_found_said_and_saved(tmp_path: Path) -> None:
-    site, d, store_path = _site(tmp_path), tmp_path / "switch", tmp_path / "state.db"
+    site, d, store_path = ios_leaf_example(tmp_path), tmp_path / "switch", tmp_path / "state.db"
     d.mkdir()
     StateStore(store_path)  # made before the child, as `fabric push` makes it
     child = multiprocessing.get_context("fork").Process(
@@ -110,7 +97,7 @@ def test_a_push_killed_before_its_save_is_found_said_and_saved(tmp_path: Path) -
 
 
 def test_a_push_writes_ahead_before_its_lines_and_its_outcome_after(tmp_path: Path) -> None:
-    site, d = _site(tmp_path), tmp_path / "switch"
+    site, d = ios_leaf_example(tmp_path), tmp_path / "switch"
     d.mkdir()
     [out] = _push(site, d, tmp_path / "state.db")
     assert (out.status, out.saved) == ("pushed", True)
