@@ -11,6 +11,7 @@ from provisioner.errors import RenderError
 from provisioner.fabric.base import (
     Mismatch,
     PortSpec,
+    Svi,
     SwitchQos,
     SwitchRenderer,
     SwitchSpec,
@@ -24,7 +25,7 @@ from provisioner.fabric.sonic import SonicRenderer
 from provisioner.inventory.cabling import Endpoint, endpoints, is_switch, parse_port, resolve
 from provisioner.inventory.loader import LoadedSite
 
-__all__ = ["RENDERERS", "Mismatch", "PortSpec", "RenderedSwitch", "SwitchQos",
+__all__ = ["RENDERERS", "Mismatch", "PortSpec", "RenderedSwitch", "Svi", "SwitchQos",
            "SwitchRenderer", "SwitchSpec", "check", "compare", "render_all", "switch_specs"]
 
 RENDERERS: dict[str, SwitchRenderer] = {
@@ -57,12 +58,20 @@ def switch_specs(loaded: LoadedSite, nodes: Collection[str] | None = None) -> li
     only the ports cabled to those nodes (no uplink): what adding them needs."""
     site = loaded.site
     eps = endpoints(site, loaded.catalog)
+    nets = {n.name: n for n in site.networks}
     ports: dict[str, list[PortSpec]] = {}
+    svis: dict[str, dict[str, Svi]] = {}
     for link in resolve(site, loaded.catalog):
+        net = nets.get(link.nic)
+        if net is not None and net.switch_gateway and net.gateway and net.vlan:
+            svis.setdefault(link.switch, {})[net.name] = Svi(
+                net.name, net.vlan, f"{net.gateway}/{net.cidr.prefixlen}", net.mtu)
         if nodes is None or link.node in nodes:
             ports.setdefault(link.switch, []).append(
                 PortSpec(link.switch_port, f"{link.node} {link.nic}", link.switch_mtu_bytes,
-                         _breakout(eps.get(link.switch), link.switch_port)))
+                         _breakout(eps.get(link.switch), link.switch_port),
+                         net.vlan if net is not None else None,
+                         net is not None and net.host_tagged and net.vlan is not None))
     for up in site.cabling.uplinks if nodes is None else ():
         ports.setdefault(up.switch, []).append(
             PortSpec(up.switch_port, "uplink", site.cabling.switch_mtu_bytes,
@@ -74,7 +83,8 @@ def switch_specs(loaded: LoadedSite, nodes: Collection[str] | None = None) -> li
         nos = ep.node.management.os
         pol = roce.policy(site.software.roce, nos, mtu_bytes=site.cabling.switch_mtu_bytes)
         specs.append(SwitchSpec(name, nos, pol, tuple(ports[name]),
-                                ep.node.management.eos_queue or "tx-queue"))
+                                ep.node.management.eos_queue or "tx-queue",
+                                tuple(svis.get(name, {}).values())))
     return specs
 
 

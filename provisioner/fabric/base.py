@@ -25,6 +25,20 @@ class PortSpec:
     # A breakout sub-port (swp1s0): the ways its parent port is split, from the switch
     # block's catalog `breakout` (fabric.switch_specs); None for a whole port, or unknown.
     breakout: int | None = None
+    # The VLAN of the host's network on this port: untagged (an access port) unless the
+    # network is tagged at the hosts (host_tagged: a trunk carrying it); None for none.
+    vlan: int | None = None
+    tagged: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Svi:
+    """A network's gateway on the switch its hosts are cabled to (switch_gateway)."""
+
+    network: str
+    vlan: int
+    address: str  # the gateway with the network's prefix length, as 10.250.2.1/24
+    mtu_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +48,13 @@ class SwitchSpec:
     policy: RocePolicy
     ports: tuple[PortSpec, ...]
     queue: str = "tx-queue"  # EOS: the egress queue command (SwitchAccess.eos_queue)
+    svis: tuple[Svi, ...] = ()
+
+    @property
+    def vlans(self) -> tuple[int, ...]:
+        """Every VLAN the switch's ports or SVIs carry, in order."""
+        return tuple(sorted({p.vlan for p in self.ports if p.vlan is not None}
+                            | {s.vlan for s in self.svis}))
 
 
 @dataclass(frozen=True, slots=True)

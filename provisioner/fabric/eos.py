@@ -32,7 +32,8 @@ class EosRenderer:
         require_expressible(spec)
         ports = tuple(replace(p, mtu_bytes=min(p.mtu_bytes, EOS_MAX_MTU_BYTES))
                       for p in spec.ports)
-        return template("eos", "eos.cfg.j2").render(spec=replace(spec, ports=ports))
+        return template("eos", "eos.cfg.j2").render(spec=replace(spec, ports=ports),
+                                                     spec_max_mtu=EOS_MAX_MTU_BYTES)
 
     def parse(self, text: str) -> SwitchQos:
         mapping: dict[int, int] = {}
@@ -46,6 +47,7 @@ class EosRenderer:
                 mapping[int(m.group(1))] = int(m.group(2))
             elif ln.startswith("interface "):
                 port = ln.split()[1]
+                port = None if port.startswith("Vlan") else port  # an SVI: no port MTU
             elif port and ln.startswith("mtu "):
                 mtus[port] = int(ln.split()[1])
             elif port and ln == "no qos trust":

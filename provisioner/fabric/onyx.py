@@ -26,6 +26,8 @@ class _Port:
     cli: str
     description: str
     mtu_bytes: int
+    vlan: int | None = None
+    tagged: bool = False
 
 
 _PORTS = re.compile(r"^(\s*interface ethernet )([0-9/,-]+)( .*)$")
@@ -72,8 +74,8 @@ class OnyxRenderer:
 
     def render(self, spec: SwitchSpec) -> str:
         require_expressible(spec)
-        ports = [_Port(p.name, cli_port(p.name), p.description.replace('"', "'"), p.mtu_bytes)
-                 for p in spec.ports]
+        ports = [_Port(p.name, cli_port(p.name), p.description.replace('"', "'"), p.mtu_bytes,
+                       p.vlan, p.tagged) for p in spec.ports]
         return template("onyx", "onyx.cfg.j2").render(spec=spec, ports=ports)
 
     def parse(self, text: str) -> SwitchQos:

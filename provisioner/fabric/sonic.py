@@ -69,6 +69,25 @@ def tables(spec: SwitchSpec) -> Json:
         "PORT_QOS_MAP": {port.name: dict(port_qos) for port in spec.ports},
         "QUEUE": queues,
     }
+    return out | _vlans(spec)
+
+
+def _vlans(spec: SwitchSpec) -> Json:
+    """VLAN, VLAN_MEMBER (untagged: an access port; tagged where the hosts tag it) and, for
+    a network the leaf routes, VLAN_INTERFACE with its gateway (SONiC Configuration.md:
+    "VLAN", "VLAN_MEMBER", "VLAN_INTERFACE" tables)."""
+    if not spec.vlans:
+        return {}
+    out: Json = {"VLAN": {f"Vlan{v}": {"vlanid": str(v)} for v in spec.vlans},
+                 "VLAN_MEMBER": {
+                     f"Vlan{p.vlan}|{p.name}": {"tagging_mode": "tagged" if p.tagged
+                                                else "untagged"}
+                     for p in spec.ports if p.vlan is not None}}
+    for s in spec.svis:
+        out["VLAN"][f"Vlan{s.vlan}"]["mtu"] = str(s.mtu_bytes)
+    if spec.svis:
+        out["VLAN_INTERFACE"] = {k: {} for s in spec.svis
+                                 for k in (f"Vlan{s.vlan}", f"Vlan{s.vlan}|{s.address}")}
     return out
 
 

@@ -231,6 +231,10 @@ def _networks(loaded: LoadedSite, emit: Emit) -> None:
                     emit("address-outside-cidr", path,
                          f"{node.hostname}: {addr} is the network or broadcast address of "
                          f"{entry[1].cidr}", "use a host address")
+                elif addr == entry[1].gateway and node.management is None:
+                    emit("duplicate-ip", path,
+                         f"{node.hostname}: {addr} is network {net_name}'s gateway",
+                         "give the node another address, or the network its router's")
             for net_name in node.macs:
                 if net_name not in nets:
                     emit("unknown-network", ("placements", i, "nodes", j, "macs", net_name),

@@ -62,6 +62,7 @@ def check(loaded: LoadedSite, emit: Emit) -> None:
     _expressible(loaded, eps, links, emit)
     _ports(eps, links, site.cabling.uplinks, emit)
     _mtu(links, emit)
+    _switch_gateways(loaded, eps, links, emit)
     _oversubscription(loaded, eps, links, emit)
 
 
@@ -265,6 +266,45 @@ def _mtu(links: list[ResolvedLink], emit: Emit) -> None:
                  f"{link.switch} {link.switch_port} MTU {link.switch_mtu_bytes}: "
                  "jumbo RoCE frames would be dropped",
                  "raise switch_mtu_bytes (9216 on Spectrum) or lower the network mtu")
+
+
+# The switch OSes whose renderers (provisioner/fabric/) put a network's VLAN on its host
+# ports and its gateway on an SVI; the IOS-style dialect renders port descriptions only.
+SVI_RENDERERS = frozenset({"cumulus", "onyx", "sonic", "eos"})
+
+
+def _switch_gateways(loaded: LoadedSite, eps: dict[str, Endpoint],
+                     links: list[ResolvedLink], emit: Emit) -> None:
+    """A network its leaf routes (an L3 rail): a gateway and a VLAN for the SVI, the hosts'
+    ports on one switch (one gateway address on several leaves is an anycast gateway,
+    VRR or EVPN, which is not rendered), and a switch OS whose renderer writes an SVI."""
+    for i, n in enumerate(loaded.site.networks):
+        if not n.switch_gateway:
+            continue
+        where = ("networks", i, "switch_gateway")
+        if n.gateway is None or n.vlan is None:
+            missing = "gateway" if n.gateway is None else "vlan"
+            emit("switch-gateway-incomplete", where,
+                 f"network {n.name} is routed by its switch but has no {missing}",
+                 "give gateway: <the leaf's address on it> and vlan: <id>, "
+                 "or drop switch_gateway")
+            continue
+        switches = sorted({link.switch for link in links if link.nic == n.name})
+        if len(switches) > 1:
+            emit("switch-gateway-on-several-switches", where,
+                 f"network {n.name}'s hosts are cabled to {', '.join(switches)}: one "
+                 "gateway on several switches needs an anycast gateway (VRR, EVPN), "
+                 "which is not rendered", "give each leaf its own network (a rail per "
+                 "leaf), or drop switch_gateway and route it elsewhere")
+        for name in switches:
+            ep = eps.get(name)
+            nos = ep.node.management.os if ep is not None and ep.node.management else None
+            if nos is not None and nos not in SVI_RENDERERS:
+                emit("switch-gateway-unsupported", where,
+                     f"{name} runs {nos}, whose rendering carries port descriptions only: "
+                     f"no SVI would hold {n.name}'s gateway {n.gateway}",
+                     f"use a switch OS with an SVI renderer ({', '.join(sorted(SVI_RENDERERS))})"
+                     ", or drop switch_gateway")
 
 
 def _oversubscription(loaded: LoadedSite, eps: dict[str, Endpoint],

@@ -339,6 +339,10 @@ class Network(Model):
                               "frames tagged with vlan (a VLAN sub-interface on a trunk)")
     routes: tuple[Route, ...] = Field(default=(), max_length=64,
                                       description="static routes through this network")
+    # An L3 rail leaf: the one switch this network's hosts are cabled to routes it, with
+    # `gateway` on an SVI of `vlan` (the hosts' rail table routes via it).
+    switch_gateway: bool = Field(default=False, description="the switch the network's hosts "
+                                 "are cabled to holds gateway on an SVI of vlan (L3 leaf)")
 
 
 class Ssh(Model):

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from provisioner import fabric, roce
 from provisioner.errors import RenderError
-from provisioner.fabric.base import PortSpec, SwitchSpec, compare
+from provisioner.fabric.base import PortSpec, Svi, SwitchSpec, compare
 from provisioner.fabric.sonic import json_patch
 from provisioner.inventory import load
 from provisioner.inventory.cabling import parse_port
@@ -41,18 +41,24 @@ PORTS = {
 QOS_OSES = ("cumulus", "onyx", "sonic", "eos")
 
 
-def _port(nos: str, name: str, description: str, mtu: int) -> PortSpec:
+def _port(nos: str, name: str, description: str, mtu: int, vlan: int | None = None,
+          *, tagged: bool = False) -> PortSpec:
     """A sub-port (swp1s0, Eth1/1/1, Ethernet1/1) is half of a 2-way breakout, as on the
     example site's SN5600 (catalog breakout [2])."""
     sub = parse_port(nos, name)
-    return PortSpec(name, description, mtu, 2 if sub is not None and sub.sub is not None else None)
+    return PortSpec(name, description, mtu, 2 if sub is not None and sub.sub is not None else None,
+                    vlan, tagged)
 
 
 def _spec(nos: str, r: Roce = Roce(), mtu: int = 9216) -> SwitchSpec:
+    """Two hosts on the RoCE network's VLAN 100 (dgx01 untagged, dgx02 tagged), which the
+    leaf routes (its gateway on an SVI), and an uplink outside any VLAN."""
     names = PORTS[nos]
-    ports = (_port(nos, names[0], "dgx01 roce", mtu), _port(nos, names[1], "dgx02 roce", mtu),
+    ports = (_port(nos, names[0], "dgx01 roce", mtu, 100),
+             _port(nos, names[1], "dgx02 roce", mtu, 100, tagged=True),
              _port(nos, names[2], "uplink", mtu))
-    return SwitchSpec("leaf01", nos, roce.policy(r, nos, mtu_bytes=mtu), ports)  # type: ignore[arg-type]
+    return SwitchSpec("leaf01", nos, roce.policy(r, nos, mtu_bytes=mtu), ports,  # type: ignore[arg-type]
+                      svis=(Svi("roce", 100, "10.250.2.1/24", 9000),))
 
 
 @pytest.mark.parametrize("nos", sorted(PORTS))
@@ -95,13 +101,14 @@ def test_example_site_breaks_out_the_ports_it_cables() -> None:
     assert list(interfaces) == ["swp1", "swp1s0", "swp2", "swp2s0"]
     assert interfaces["swp1"] == {"link": {"breakout": {"2x": {}}}}
     assert interfaces["swp2"] == {"link": {"breakout": {"2x": {}}}}
-    assert interfaces["swp1s0"] == {"description": "dgx01 roce", "link": {"mtu": 9216}}
+    assert interfaces["swp1s0"] == {"description": "dgx01 roce", "link": {"mtu": 9216},
+                                    "bridge": {"domain": {"br_default": {"access": 100}}}}
     qos = leaf.renderer.parse(leaf.text)  # the parent entries carry no MTU of their own
     assert set(qos.port_mtu_bytes) == {"swp1s0", "swp2s0"}
 
 
 def _nvue(*ports: PortSpec) -> str:
-    spec = replace(_spec("cumulus"), ports=ports)
+    spec = replace(_spec("cumulus"), ports=ports, svis=())
     return fabric.RENDERERS["cumulus"].render(spec)
 
 
