@@ -6,19 +6,21 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from provisioner import lab as lab_mod
+from provisioner import render, runner
 from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from provisioner.profile import for_site
 from tests.conftest import EXAMPLE, ROOT, requires_ipmi_sim
 
-__all__ = ["provision", "requires_ipmi_sim", "ssh_lab"]
+__all__ = ["ConvergedPair", "converged_pair", "provision", "requires_ipmi_sim", "ssh_lab"]
 
 # Tests that start no SSH lab, make no network namespace and bind nothing fixed (loopback
 # on free ports only), marked beside_the_lab: scripts/test.sh runs them in a pytest of their
@@ -27,9 +29,12 @@ __all__ = ["provision", "requires_ipmi_sim", "ssh_lab"]
 # pytest 9.2 its groups do not take (the suffix it writes into _nodeid is not read back).
 BESIDE_THE_LAB_FILES = {
     "test_ansible.py", "test_apt_other_sources.py", "test_bmc_budget.py", "test_bmc_lab.py",
-    "test_bmc_protocol.py", "test_kernel_host.py", "test_kubernetes_holder.py",
-    "test_report_browser.py", "test_secrets_tls.py", "test_switch_shell.py",
-    "test_switches.py", "test_wheel.py"}
+    "test_bmc_protocol.py", "test_kernel_host.py", "test_kube_client.py",
+    "test_kubernetes_holder.py", "test_report_browser.py", "test_runner_secrets.py",
+    "test_secrets_tls.py", "test_switch_shell.py", "test_switches.py", "test_upgrade_cli.py",
+    "test_wheel.py"}
+# A test in another file can be marked beside_the_lab itself (test_upgrade_bmc_cycle's
+# first test: the emulator and a closed port on loopback, no lab host).
 # the benches that start BMC emulators at most (the others start the SSH lab)
 BESIDE_THE_LAB_BENCHES = {"add_scale.py", "bmc_fanout.py", "inventory_scale.py",
                           "upgrade_sim.py"}
@@ -43,10 +48,46 @@ def beside_the_lab(item: pytest.Item) -> bool:
     return name in BESIDE_THE_LAB_FILES
 
 
+# Files run last, in this order, after the rest in file order: the upgrade tests use the
+# converged pair (converged_pair) first; the execution nodes test then takes its reference
+# run and stops its lab, to start one of its own on fresh hosts.
+LAST_FILES = ("test_upgrade_lab.py", "test_execution_nodes.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in item.path.parts and beside_the_lab(item):
             item.add_marker(pytest.mark.beside_the_lab)
+    last = {name: i + 1 for i, name in enumerate(LAST_FILES)}
+    items.sort(key=lambda item: last.get(item.path.name, 0))  # stable: file order kept
+
+
+@dataclass
+class ConvergedPair:
+    """The example site in the lab with cp01 and dgx01 converged by site.yml, run locally
+    on fresh hosts at the site's pins; `result` is that run."""
+
+    site: Path
+    state: Any  # lab.LabState
+    result: runner.RunResult
+    stop: Callable[[], None]
+
+
+PAIR = ["cp01", "dgx01"]  # the first control plane and a DGX: the two richest host kinds
+
+
+@pytest.fixture(scope="session")
+def converged_pair(tmp_path_factory: Any) -> Iterator[ConvergedPair]:
+    """One converge of the roles for two tests (CI time): the upgrade tests start from it
+    (the pins installed, as `up` leaves a node), and the execution nodes test compares its
+    runs across execution nodes with it, then stops the lab (`stop`) for fresh hosts."""
+    with ExitStack() as stack:
+        site, state = stack.enter_context(ssh_lab(tmp_path_factory, EXAMPLE, "pair"))
+        loaded = load(site)
+        out = render.render(loaded, loaded.base_dir / ".provision" / "ansible", lab=True).out
+        result = runner.run_playbook(out, "site.yml", limit=",".join(PAIR))
+        assert result.ok, [f"{e.host} | {e.task}: {e.message}" for e in result.failures]
+        yield ConvergedPair(site, state, result, stack.close)
 
 
 @pytest.fixture

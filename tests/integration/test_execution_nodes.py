@@ -1,5 +1,6 @@
 """site.yml across two execution nodes (ansible-runner transmit -> ssh worker -> process)
-against the lab's SSH hosts, compared with the same playbook run locally on fresh hosts;
+against the lab's SSH hosts, compared with the same playbook run locally on fresh hosts
+(the converged pair's run, which the upgrade tests used before: one converge for both);
 then (same lab) an execution node killed by PID mid-run, `provision doctor` before and
 after, and the dead node's share of a playbook not safe to repeat.
 
@@ -27,14 +28,14 @@ from provisioner.lab import execution as lab_execution
 from provisioner.lab import wheelhouse
 from provisioner.lab.overlay import load  # the site with the running lab's endpoints
 from tests.conftest import EXAMPLE, add_provisioning, requires_ssh_hosts
-from tests.integration.conftest import provision, requires_ipmi_sim
+from tests.integration.conftest import PAIR, ConvergedPair, provision, requires_ipmi_sim
 
 pytestmark = [pytest.mark.integration, requires_ipmi_sim, requires_ssh_hosts]
 
 HOSTS = {"cp01", "cp02", "cp03", "dgx01", "dgx02", "stor01"}
-# site.yml runs over two hosts (the first control plane and a DGX: the two richest host
-# kinds), one per execution node: on CI's 2 cores Ansible's time grows with the hosts.
-RUN = ["cp01", "dgx01"]
+# site.yml runs over the converged pair's two hosts, one per execution node: on CI's 2
+# cores Ansible's time grows with the hosts.
+RUN = PAIR
 EXECUTION = """
 provisioning:
   execution:
@@ -78,12 +79,11 @@ def counts(result: runner.RunResult) -> dict[str, tuple[int, int, int, int]]:
             for h, s in result.hosts.items()}
 
 
-def test_same_outcome_locally_and_across_execution_nodes_then_a_killed_node(site):
+def test_same_outcome_locally_and_across_execution_nodes_then_a_killed_node(
+        site, converged_pair: ConvergedPair):
+    local = converged_pair.result  # site.yml run locally over RUN on fresh hosts
+    converged_pair.stop()  # its lab: this test's starts on the same addresses
     try:
-        _, out = fresh_lab(site)
-        local = runner.run_playbook(out, "site.yml", limit=",".join(RUN))
-        assert local.ok, [f"{e.host} | {e.task}: {e.message}" for e in local.failures]
-
         state, out = fresh_lab(site)
         assert [h.name for h in state.execution_hosts] == ["ex1", "ex2"]
         loaded = load(site)

@@ -157,6 +157,7 @@ def assert_cycle_noted(store: StateStore, out: dict[str, str | None]) -> None:
     assert PASSWORD not in json.dumps([e.detail for e in store.events()]) + str(out)
 
 
+@pytest.mark.beside_the_lab  # loopback only: the emulator and a closed port
 def test_os_not_back_after_reboot_power_cycles_through_the_bmc(bmc: Any,
                                                                tmp_path: Path) -> None:
     port, seen = bmc

@@ -34,12 +34,12 @@ from provisioner.profile import for_site
 from provisioner.state import StateStore
 from provisioner.upgrade.host import AnsibleInstaller
 from provisioner.upgrade.plan import effective, site_at
-from tests.conftest import EXAMPLE, requires_ssh_hosts
+from tests.conftest import requires_ssh_hosts
 from tests.integration.conftest import (
+    ConvergedPair,
     control_planes_upgraded,
     provision,
     requires_ipmi_sim,
-    ssh_lab,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e, requires_ipmi_sim,
@@ -55,35 +55,35 @@ TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
 
 
 @pytest.fixture(scope="module")
-def upgrade_lab(tmp_path_factory: Any) -> Iterator[tuple[Path, StandInApiServer, Path]]:
-    with ssh_lab(tmp_path_factory, EXAMPLE, "upgrade") as (site, state):
-        hosts = control_planes_upgraded(site, "2026.11")
-        w = world([h for h in hosts if h != STORAGE], kubelet="v1.35.8")
-        w["nodes"][BAD]["ready"] = False  # its kubelet does not come back: the gate fails
-        w["pods"] = [
-            {"namespace": "gpu-operator", "name": "dcgm-exporter-dgx01", "node": "dgx01",
-             "owner": "DaemonSet"},
-            {"namespace": "train", "name": "job-1", "node": "dgx01", "owner": "Job",
-             "labels": {"app": "train"}},
-        ]
-        w["pdbs"] = [{"namespace": "train", "name": "train", "selector": {"app": "train"},
-                      "disruptions_allowed": 1}]
-        srv = StandInApiServer(tmp_path_factory.mktemp("kube") / "world.json")
-        srv.save(w)
-        srv.start()
-        dgx01 = Path(next(h.upper for h in state.ssh_hosts if h.name == "dgx01"))
-        # dgx01 as `up` left it: the roles at the site's own pins (test_up shows the rest)
-        provision("run", str(site), "--lab", "--limit", "dgx01,cp01", timeout=1800,
-                  check=True)
-        before = installed(dgx01)
-        assert before["nvidia-driver-570-open"].startswith("570.124.06-"), before
-        assert reboots(dgx01) == 1  # the role's handler rebooted it for the new driver
-        assert before["datacenter-gpu-manager-4-core"] == "1:4.5.1-1", before
-        try:
-            yield site, srv, dgx01
-        finally:
-            srv.shutdown()
-            srv.server_close()
+def upgrade_lab(tmp_path_factory: Any, converged_pair: ConvergedPair
+                ) -> Iterator[tuple[Path, StandInApiServer, Path]]:
+    site, state = converged_pair.site, converged_pair.state  # stopped by the execution test
+    hosts = control_planes_upgraded(site, "2026.11")
+    w = world([h for h in hosts if h != STORAGE], kubelet="v1.35.8")
+    w["nodes"][BAD]["ready"] = False  # its kubelet does not come back: the gate fails
+    w["pods"] = [
+        {"namespace": "gpu-operator", "name": "dcgm-exporter-dgx01", "node": "dgx01",
+         "owner": "DaemonSet"},
+        {"namespace": "train", "name": "job-1", "node": "dgx01", "owner": "Job",
+         "labels": {"app": "train"}},
+    ]
+    w["pdbs"] = [{"namespace": "train", "name": "train", "selector": {"app": "train"},
+                  "disruptions_allowed": 1}]
+    srv = StandInApiServer(tmp_path_factory.mktemp("kube") / "world.json")
+    srv.save(w)
+    srv.start()
+    dgx01 = Path(next(h.upper for h in state.ssh_hosts if h.name == "dgx01"))
+    # dgx01 as `up` left it: the roles at the site's own pins (converged_pair's run of
+    # site.yml on dgx01 and cp01; test_up shows the rest)
+    before = installed(dgx01)
+    assert before["nvidia-driver-570-open"].startswith("570.124.06-"), before
+    assert reboots(dgx01) == 1  # the role's handler rebooted it for the new driver
+    assert before["datacenter-gpu-manager-4-core"] == "1:4.5.1-1", before
+    try:
+        yield site, srv, dgx01
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 def apply(site: Path, url: str) -> tuple[int, dict[str, Any], str]:
