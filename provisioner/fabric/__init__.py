@@ -3,7 +3,7 @@ fed from the same RocePolicy the hosts get (provisioner/roce.py) and the resolve
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from provisioner import roce
@@ -16,17 +16,27 @@ from provisioner.fabric.base import (
     SwitchRenderer,
     SwitchSpec,
     compare,
+    vlan_mismatches,
 )
 from provisioner.fabric.eos import EosRenderer
 from provisioner.fabric.ios import IosRenderer
 from provisioner.fabric.nvue import NvueRenderer
 from provisioner.fabric.onyx import OnyxRenderer
 from provisioner.fabric.sonic import SonicRenderer
-from provisioner.inventory.cabling import Endpoint, endpoints, is_switch, parse_port, resolve
+from provisioner.inventory.cabling import (
+    Endpoint,
+    ResolvedLink,
+    endpoints,
+    is_switch,
+    parse_port,
+    resolve,
+)
 from provisioner.inventory.loader import LoadedSite
+from provisioner.inventory.models import Network
 
 __all__ = ["RENDERERS", "Mismatch", "PortSpec", "RenderedSwitch", "Svi", "SwitchQos",
-           "SwitchRenderer", "SwitchSpec", "check", "compare", "render_all", "switch_specs"]
+           "SwitchRenderer", "SwitchSpec", "check", "compare", "link_vlan", "render_all",
+           "switch_specs", "vlan_mismatches"]
 
 RENDERERS: dict[str, SwitchRenderer] = {
     r.nos: r for r in (NvueRenderer(), OnyxRenderer(), SonicRenderer(), EosRenderer(),
@@ -53,6 +63,14 @@ def _breakout(ep: Endpoint | None, port: str) -> int | None:
     return max(ways) if name is not None and name.sub is not None and ways else None
 
 
+def link_vlan(nets: Mapping[str, Network], link: ResolvedLink) -> tuple[int, bool] | None:
+    """The VLAN of the network a link's `nic` names, and whether the hosts tag it."""
+    net = nets.get(link.nic)
+    if net is None or net.vlan is None:
+        return None
+    return net.vlan, net.host_tagged
+
+
 def switch_specs(loaded: LoadedSite, nodes: Collection[str] | None = None) -> list[SwitchSpec]:
     """One spec per managed switch that has cabled ports, in placement order. With `nodes`,
     only the ports cabled to those nodes (no uplink): what adding them needs."""
@@ -67,11 +85,11 @@ def switch_specs(loaded: LoadedSite, nodes: Collection[str] | None = None) -> li
             svis.setdefault(link.switch, {})[net.name] = Svi(
                 net.name, net.vlan, f"{net.gateway}/{net.cidr.prefixlen}", net.mtu)
         if nodes is None or link.node in nodes:
+            vlan = link_vlan(nets, link)
             ports.setdefault(link.switch, []).append(
                 PortSpec(link.switch_port, f"{link.node} {link.nic}", link.switch_mtu_bytes,
                          _breakout(eps.get(link.switch), link.switch_port),
-                         net.vlan if net is not None else None,
-                         net is not None and net.host_tagged and net.vlan is not None))
+                         vlan[0] if vlan else None, bool(vlan and vlan[1])))
     for up in site.cabling.uplinks if nodes is None else ():
         ports.setdefault(up.switch, []).append(
             PortSpec(up.switch_port, "uplink", site.cabling.switch_mtu_bytes,
@@ -113,6 +131,7 @@ def check(loaded: LoadedSite) -> FabricReport:
     """Host side (the policy roles/roce_host gets) vs each switch config parsed back."""
     host_policy = roce.policy(loaded.site.software.roce)
     parsed = {r.spec.hostname: r.renderer.parse(r.text) for r in render_all(loaded)}
+    nets = {n.name: n for n in loaded.site.networks}
     found: list[Mismatch] = []
     count = 0
     for link in resolve(loaded.site, loaded.catalog):
@@ -122,4 +141,6 @@ def check(loaded: LoadedSite) -> FabricReport:
         count += 1
         found += compare(link.node, link.nic, host_policy, link.host_mtu_bytes,
                          link.switch, link.switch_port, qos)
+        found += vlan_mismatches(link.node, link.nic, link_vlan(nets, link), link.switch,
+                                 link.switch_port, qos)
     return FabricReport(count, tuple(found))

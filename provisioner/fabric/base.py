@@ -65,6 +65,9 @@ class SwitchQos:
     dscp_to_priority: dict[int, int]
     port_mtu_bytes: dict[str, int] = field(default_factory=dict)
     trust_dscp: bool = True
+    # port -> (VLAN, tagged) as the text sets it; None where the dialect's text is not read
+    # for VLANs (the IOS-style one renders none)
+    port_vlans: dict[str, tuple[int, bool]] | None = None
 
 
 class SwitchRenderer(Protocol):
@@ -113,7 +116,7 @@ class Mismatch:
     nic: str
     switch: str
     port: str
-    what: str  # pfc, dscp-map, cnp, mtu, trust, gid
+    what: str  # pfc, dscp-map, cnp, mtu, trust, gid, vlan
     host_value: str
     switch_value: str
 
@@ -155,3 +158,20 @@ def compare(host: str, nic: str, host_policy: RocePolicy, host_mtu_bytes: int,
     elif mtu < host_mtu_bytes:
         bad("mtu", host_mtu_bytes, mtu)
     return out
+
+
+def vlan_text(vlan: tuple[int, bool] | None) -> str:
+    return "no VLAN" if vlan is None else f"VLAN {vlan[0]} {'tagged' if vlan[1] else 'untagged'}"
+
+
+def vlan_mismatches(host: str, nic: str, expected: tuple[int, bool] | None, switch: str,
+                    port: str, qos: SwitchQos) -> list[Mismatch]:
+    """The switch port's VLAN against the one the link's network has (VLAN, tagged at the
+    hosts); nothing where the network has none (a switch's default VLAN is not printed) or
+    the dialect's text is not read for VLANs."""
+    if expected is None or qos.port_vlans is None:
+        return []
+    got = qos.port_vlans.get(port)
+    if got == expected:
+        return []
+    return [Mismatch(host, nic, switch, port, "vlan", vlan_text(expected), vlan_text(got))]

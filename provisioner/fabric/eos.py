@@ -19,6 +19,7 @@ from provisioner.roce import RocePolicy
 EOS_MAX_MTU_BYTES = 9214  # EOS interface `mtu` accepts 68-9214
 _MAP = re.compile(r"^qos map dscp (\d+) to traffic-class (\d+)$")
 _PFC = re.compile(r"^priority-flow-control priority (\d+) no-drop$")
+_VLAN = re.compile(r"^switchport (access|trunk allowed) vlan (\d+)$")
 
 
 class EosRenderer:
@@ -39,6 +40,7 @@ class EosRenderer:
         mapping: dict[int, int] = {}
         pfc: set[int] = set()
         mtus: dict[str, int] = {}
+        vlans: dict[str, tuple[int, bool]] = {}
         trust = True
         port = None
         for raw in text.splitlines():
@@ -50,8 +52,10 @@ class EosRenderer:
                 port = None if port.startswith("Vlan") else port  # an SVI: no port MTU
             elif port and ln.startswith("mtu "):
                 mtus[port] = int(ln.split()[1])
+            elif port and (m := _VLAN.match(ln)):
+                vlans[port] = (int(m.group(2)), m.group(1) == "trunk allowed")
             elif port and ln == "no qos trust":
                 trust = False
             elif m := _PFC.match(ln):
                 pfc.add(int(m.group(1)))
-        return SwitchQos(frozenset(pfc), mapping, mtus, trust)
+        return SwitchQos(frozenset(pfc), mapping, mtus, trust, port_vlans=vlans)

@@ -93,6 +93,20 @@ class NvueRenderer:
         on = roce.get("enable") in (True, "on")
         mapping: dict[int, int] = dict(ROCE_DEFAULT_MAP) if on else {}
         pfc = {ROCE_DEFAULT_PFC} if on and roce.get("mode") == "lossless" else set()
-        mtus = {name: int(i["link"]["mtu"]) for name, i in (conf.get("interface") or {}).items()
+        interfaces = conf.get("interface") or {}
+        mtus = {name: int(i["link"]["mtu"]) for name, i in interfaces.items()
                 if "mtu" in i.get("link", {})}
-        return SwitchQos(frozenset(pfc), mapping, mtus, trust_dscp=on)
+        return SwitchQos(frozenset(pfc), mapping, mtus, trust_dscp=on,
+                         port_vlans=_vlans(interfaces))
+
+
+def _vlans(interfaces: dict[str, Any]) -> dict[str, tuple[int, bool]]:
+    """Each port's VLAN on the default bridge: `access N` untagged, else its one `vlan`."""
+    out: dict[str, tuple[int, bool]] = {}
+    for name, i in interfaces.items():
+        domain = (((i or {}).get("bridge") or {}).get("domain") or {}).get("br_default") or {}
+        if domain.get("access") is not None:
+            out[name] = (int(domain["access"]), False)
+        elif len(domain.get("vlan") or {}) == 1:
+            out[name] = (int(next(iter(domain["vlan"]))), True)
+    return out

@@ -18,6 +18,7 @@ from provisioner.roce import RocePolicy
 ROCE_DEFAULT_MAP = {26: 3, 48: 6}
 _MTU = re.compile(r"^interface ethernet (\S+) mtu (\d+)")
 _TRUST = re.compile(r"^interface ethernet \S+ qos trust L3$")
+_VLAN = re.compile(r"^interface ethernet (\S+) switchport (access vlan|trunk allowed-vlan) (\d+)$")
 
 
 @dataclass(frozen=True)
@@ -83,5 +84,7 @@ class OnyxRenderer:
         mode = next((ln.split()[1] for ln in lines if ln.startswith("roce ")), None)
         mtus = {f"Eth{m.group(1)}": int(m.group(2)) for ln in lines if (m := _MTU.match(ln))}
         trust = any(_TRUST.match(ln) for ln in lines)
+        vlans = {f"Eth{m.group(1)}": (int(m.group(3)), m.group(2) != "access vlan")
+                 for ln in lines if (m := _VLAN.match(ln))}
         return SwitchQos(frozenset({3} if mode == "lossless" else set()),
-                         dict(ROCE_DEFAULT_MAP) if mode else {}, mtus, trust)
+                         dict(ROCE_DEFAULT_MAP) if mode else {}, mtus, trust, port_vlans=vlans)

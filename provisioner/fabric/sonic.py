@@ -147,4 +147,8 @@ class SonicRenderer:
             mapping |= {int(d): int(t) for d, t in
                         db.get("DSCP_TO_TC_MAP", {}).get(name, {}).items()}
         mtus = {name: int(v["mtu"]) for name, v in db.get("PORT", {}).items() if "mtu" in v}
-        return SwitchQos(frozenset(pfc), mapping, mtus, bool(mapping))
+        vlans = {key.partition("|")[2]: (int(key.partition("|")[0].removeprefix("Vlan")),
+                                         v.get("tagging_mode") == "tagged")
+                 for key, v in db.get("VLAN_MEMBER", {}).items()
+                 if key.startswith("Vlan") and key.partition("|")[0][4:].isdigit()}
+        return SwitchQos(frozenset(pfc), mapping, mtus, bool(mapping), port_vlans=vlans)

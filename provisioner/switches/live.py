@@ -105,11 +105,15 @@ def run(loaded: LoadedSite, env: Mapping[str, str], prof: Profile,
             unknown.append(Unverifiable("host", k, why))
     count = 0
     rocenets = roce_networks(loaded.site)
+    nets = {n.name: n for n in loaded.site.networks}
     for lk in links:
         s, h = sw.get(lk.switch), hq.get(f"{lk.node} {lk.nic}")
+        qos = s if isinstance(s, SwitchQos) else None
+        if qos is not None:  # the port's VLAN as the switch has it, whatever the host says
+            found += fabric.vlan_mismatches(lk.node, lk.nic, fabric.link_vlan(nets, lk),
+                                            lk.switch, lk.switch_port, qos)
         if not isinstance(h, HostRead):
             continue
-        qos = s if isinstance(s, SwitchQos) else None
         compared = qos is not None and isinstance(h.qos, HostQos)
         found += mtu_mismatches(lk.node, lk.nic, h.mtu_bytes, lk.host_mtu_bytes, lk.switch,
                                 lk.switch_port, lk.switch_mtu_bytes, qos,

@@ -9,12 +9,14 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
-from provisioner import fabric
+from provisioner import fabric, roce
 from provisioner.fabric import Svi
 from provisioner.inventory import check, load
 from provisioner.inventory.findings import Severity
+from provisioner.inventory.models import Roce
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "inventories" / "example"
 ROCE = "  - {name: roce, kind: roce, cidr: 10.250.2.0/24, mtu: 9000, vlan: 100}"
@@ -100,3 +102,37 @@ def test_a_switch_gateway_needs_an_address_one_leaf_and_an_svi_renderer(
         "}", ", gateway: 10.250.2.21}")))
     assert [(c, m) for c, m, _ in _errors(clash)] == [
         ("duplicate-ip", "dgx01: 10.250.2.21 is network roce's gateway")]
+
+
+@pytest.mark.parametrize("nos", ["cumulus", "onyx", "sonic", "eos"])
+def test_each_dialect_reads_back_the_vlans_it_renders(nos: str) -> None:
+    """The port VLANs parsed from each rendering are the spec's: what `fabric check` and
+    `--live` (the switch's running config, read by the same parser) compare."""
+    names = {"cumulus": ("swp1", "swp2", "swp3"), "onyx": ("Eth1/1", "Eth1/2", "Eth1/3"),
+             "sonic": ("Ethernet0", "Ethernet8", "Ethernet16"),
+             "eos": ("Ethernet1", "Ethernet2", "Ethernet3")}[nos]
+    ports = (fabric.PortSpec(names[0], "dgx01 roce", 9216, vlan=100),
+             fabric.PortSpec(names[1], "dgx01 storage", 9216, vlan=200, tagged=True),
+             fabric.PortSpec(names[2], "uplink", 9216))
+    r = fabric.RENDERERS[nos]
+    spec = fabric.SwitchSpec("leaf01", nos, roce.policy(Roce(), nos), ports,
+                             svis=(Svi("roce", 100, "10.250.2.1/24", 9000),))
+    qos = r.parse(r.render(spec))
+    assert qos.port_vlans == {names[0]: (100, False), names[1]: (200, True)}
+    # a port in another VLAN than its network's is a mismatch naming both; the uplink,
+    # whose network has none, is not compared
+    assert [m.format() for m in fabric.vlan_mismatches(
+        "dgx01", "roce", (300, False), "leaf01", names[0], qos)] == [
+        f"dgx01 roce <-> leaf01 {names[0]}: vlan: host VLAN 300 untagged, switch VLAN 100 "
+        "untagged"]
+    assert fabric.vlan_mismatches("dgx01", "roce", None, "leaf01", names[2], qos) == []
+    assert fabric.vlan_mismatches("dgx01", "x", (100, False), "leaf01", names[2], qos)[
+        0].switch_value == "no VLAN"
+
+
+def test_fabric_check_of_the_example_compares_the_vlans_and_agrees() -> None:
+    report = fabric.check(load(EXAMPLE))
+    assert report.ok and report.links_checked == 2
+    # the IOS-style dialect is not read for VLANs: nothing to compare there
+    assert fabric.RENDERERS["cisco_ios"].parse("interface Gi0/1\n description x\n"
+                                              ).port_vlans is None
