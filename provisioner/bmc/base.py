@@ -89,6 +89,17 @@ class PsuFact:
 
 
 @dataclass(frozen=True)
+class FirmwareFact:
+    """One firmware component and its version, as the BMC reports it (bmc/firmware.py)."""
+
+    id: str
+    name: str
+    version: str
+    updateable: bool | None = None
+    source: str = ""  # where it was read: FirmwareInventory, System.BiosVersion, ...
+
+
+@dataclass(frozen=True)
 class HardwareFacts:
     vendor: str | None = None
     model: str | None = None
@@ -106,6 +117,7 @@ class HardwareFacts:
     # None when it does not, and mgmt_mac_how says how it said so, or why not.
     mgmt_mac: str | None = None
     mgmt_mac_how: str | None = None
+    firmware: tuple[FirmwareFact, ...] = ()
 
     @property
     def gpu_count(self) -> int:

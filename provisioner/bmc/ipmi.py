@@ -16,12 +16,14 @@ from pyghmi import exceptions as pyghmi_exc
 from pyghmi.ipmi import command as ipmi_command
 from pyghmi.ipmi.private import session as ipmi_session
 
+from provisioner.bmc import firmware
 from provisioner.bmc.base import (
     ACTION_TARGET,
     BmcTarget,
     BootDevice,
     BootMode,
     BootSetting,
+    FirmwareFact,
     HardwareFacts,
     PowerAction,
     PowerState,
@@ -237,7 +239,18 @@ class IpmiDriver:
             vendor=system.get("Manufacturer") or system.get("Board manufacturer"),
             model=system.get("Product name") or system.get("Board product name"),
             serial=system.get("Serial Number") or system.get("Board serial number"),
-            power_state=state)
+            power_state=state, firmware=self._firmware())
+
+    def _firmware(self) -> tuple[FirmwareFact, ...]:
+        """The BMC's firmware revision (Get Device ID, NetFn App 0x06, command 0x01): every
+        IPMI BMC answers it; the BIOS and other components are not IPMI's to tell."""
+        try:
+            reply = self._call(lambda: self._connect().raw_command(netfn=0x06, command=0x01))
+        except BmcError:
+            return ()
+        fact = firmware.from_device_id(list(reply.get("data") or [])) \
+            if isinstance(reply, dict) and not reply.get("error") else None
+        return (fact,) if fact is not None else ()
 
     def power_reading_w(self) -> float | None:
         try:

@@ -13,17 +13,20 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from sushy import exceptions as sushy_exc
 from sushy.resources.manager.virtual_media import VirtualMedia
 
+from provisioner.bmc import firmware
 from provisioner.bmc.base import (
     ACTION_TARGET,
     BootDevice,
     BootMode,
     BootSetting,
+    FirmwareFact,
     HardwareFacts,
     PowerAction,
     PowerState,
@@ -167,9 +170,23 @@ class RedfishDriver(RedfishBase):
             sub_psus = self._members((subsystem or {}).get("PowerSupplies"))
             psus = psu_facts(power, sub_psus)
             nvswitches = nvswitches_from(chassis)
-        return facts_from(system, processors, interfaces, pcie, psus, nvswitches,
-                          boot_options=self._boot_options(system),
-                          pxe_functions=self._network_boot_functions(interfaces))
+        facts = facts_from(system, processors, interfaces, pcie, psus, nvswitches,
+                           boot_options=self._boot_options(system),
+                           pxe_functions=self._network_boot_functions(interfaces))
+        return replace(facts, firmware=self._firmware(system))
+
+    def _firmware(self, system: JSON) -> tuple[FirmwareFact, ...]:
+        """The UpdateService's FirmwareInventory, else the system's and managers' versions
+        (bmc/firmware.py); a BMC that refuses or lacks either tells nothing of it."""
+        root = (self._root.json if self._root is not None else None) or {}
+        service = self._extra(root.get("UpdateService")
+                              or {"@odata.id": "/redfish/v1/UpdateService"})
+        collection = self._extra((service or {}).get("FirmwareInventory"))
+        inventory = [item for path in odata_ids(collection or {})
+                     if (item := self._extra({"@odata.id": path})) is not None]
+        managers = [m for link in (system.get("Links") or {}).get("ManagedBy") or []
+                    if (m := self._extra(link)) is not None]
+        return firmware.from_redfish(inventory, system, managers)
 
     def _boot_options(self, system: JSON) -> list[JSON]:
         """The system's BootOptions (ComputerSystem v1.5+); none where the BMC has none."""

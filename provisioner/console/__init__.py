@@ -307,6 +307,8 @@ def _describe(value: Any) -> str:
     if hasattr(value, "gpus"):  # HardwareFacts
         gpus = ", ".join(f"{g.count}x {g.model}" for g in value.gpus) or "no GPUs reported"
         macs = ", ".join(value.macs) or "no MACs reported"
+        firmware = ", ".join(f"{f.id} {f.version}" for f in value.firmware) or \
+            "no firmware versions reported"
         return (f"{value.vendor or '?'} {value.model or ''} sn {value.serial or '?'}; "
-                f"{gpus}; {macs}")
+                f"{gpus}; {macs}; firmware {firmware}")
     return str(value)

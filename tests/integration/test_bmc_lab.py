@@ -103,8 +103,15 @@ def test_inventory_facts_match_the_inventory(lab):
                     if n.hostname == host)
         assert facts.mgmt_mac == mgmt and facts.macs[0] != mgmt, facts
         assert compare_facts(plans[host], facts)[0] == []  # up's inspection: no problem
+        # sushy-tools serves no FirmwareInventory (it links one) and its fake driver no
+        # BiosVersion: the manager's firmware version is what it tells
+        assert [(f.id, f.version, f.source) for f in facts.firmware] == [
+            ("BMC", "1.00", "Manager.FirmwareVersion")], facts.firmware
     for host in IPMI:
         assert res[host].ok and res[host].value.power_state in (PowerState.ON, PowerState.OFF)
+        # ipmi_sim's Get Device ID: the firmware revision its mc_add line gives (9, 8)
+        assert [(f.id, f.version, f.source) for f in res[host].value.firmware] == [
+            ("BMC", "9.08", "IPMI Get Device ID")]
 
 
 def test_wrong_password_is_an_auth_error_for_both(lab):

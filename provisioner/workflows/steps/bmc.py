@@ -129,7 +129,8 @@ class Inspect:
             raise StepFailed("hardware does not match the inventory: " + "; ".join(problems))
         return {"vendor": facts.vendor, "model": facts.model, "serial": facts.serial,
                 "gpus": facts.gpu_count, "macs": list(facts.macs),
-                "power": facts.power_state.value, "notes": notes}
+                "power": facts.power_state.value, "notes": notes,
+                "firmware": {f.id: f.version for f in facts.firmware}}
 
 
 def refuse_installed(ctx: Context, host: str, reinstall: frozenset[str]) -> dict[str, Any]:
