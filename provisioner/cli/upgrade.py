@@ -92,6 +92,10 @@ def plan_cmd(site: SiteArg = None, to: ToOpt = "", limit: LimitOpt = None,
             for c in rep.changes:
                 where = f"{len(c.nodes)} node(s)" if c.nodes else "cluster"
                 out.out.print(f"{c.component}: {c.old} -> {c.new} ({c.direction}, {where})")
+            for m in rep.firmware:
+                out.out.print(escape(f"firmware {m.hostname} {m.component}: "
+                                     f"{m.old or 'unknown'} -> {m.new} ({m.direction}, "
+                                     f"then {m.reset.replace('_', ' ')})"))
             out.out.print(f"order: {escape(rep.order)}")
             for i, b in enumerate(rep.batches, 1):
                 out.out.print(f"batch {i}: {', '.join(b)}")

@@ -11,14 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError
 
 from provisioner import sources
 from provisioner.errors import ConfigError, InventoryError, ProvisionerError
-from provisioner.inventory.fields import KubeVersion, Model
+from provisioner.inventory.fields import HttpUrl, KubeVersion, Model
 from provisioner.inventory.findings import Finding, Severity
 from provisioner.inventory.kube_checks import kubernetes_major_problem
 from provisioner.inventory.loader import _schema_findings
@@ -49,6 +49,19 @@ class Charts(Model):
     network_operator: str | None = Field(default=None, pattern=r"^v?\d+(\.\d+){1,2}$")
 
 
+class FirmwarePin(Model):
+    """One firmware component's target on a block: the image on the site mirror and its
+    checksum, and what the component needs before its new version runs."""
+
+    version: str = Field(min_length=1, max_length=128, pattern=r"^[\x21-\x7e][\x20-\x7e]*$",
+                         description="the version the BMC reports once the image runs")
+    image: HttpUrl = Field(description="the image on the site mirror (http or https)")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="the image's SHA-256")
+    reset: Literal["power_cycle", "bmc_reset", "next_boot", "none"] = Field(
+        default="power_cycle", description="what makes the new version run")
+    downgrade: bool = Field(default=False, description="allow moving to an older version")
+
+
 class Bundle(Model):
     """Every pinned version of one release of the site's software stack."""
 
@@ -65,6 +78,8 @@ class Bundle(Model):
     containerd: Version | None = None
     kubernetes: KubeVersion
     charts: Charts = Charts()
+    # block name -> component id as the BMC names it (BMC, BIOS, ...) -> its target
+    firmware: dict[str, dict[str, FirmwarePin]] = Field(default_factory=dict, max_length=256)
 
     @property
     def name(self) -> str:

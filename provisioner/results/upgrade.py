@@ -27,6 +27,15 @@ class ChangeView(Out):
     nodes: list[str]  # empty for cluster-wide components (operator charts)
 
 
+class FirmwareMoveView(Out):
+    hostname: str
+    component: str  # as the BMC names it: BMC, BIOS, ...
+    old: str | None  # null: never recorded (the node was not inspected since)
+    new: str
+    reset: str  # power_cycle | bmc_reset | next_boot | none
+    direction: str  # upgrade | downgrade | change
+
+
 class PlanNode(Out):
     hostname: str
     domain: str
@@ -63,6 +72,9 @@ class UpgradePlanReport(Out):
     control_planes_first: list[str]
     max_unavailable: dict[str, int]  # per failure domain
     planned_s: float
+    # firmware the bundle moves, per node, in order (BMC, BIOS, then the rest); planned and
+    # shown: `upgrade apply` refuses a bundle that moves firmware (firmware-not-applied)
+    firmware: list[FirmwareMoveView]
 
 
 class UpgradeNode(Out):
@@ -101,7 +113,9 @@ def plan_summary(p: UpgradePlan) -> str:
                else f"all {len(p.nodes)} {which}nodes are")
         return (f"nothing to do: {who} on bundle {p.bundle} (every version it pins is "
                 "what runs)")
-    moving = sum(1 for n in p.nodes if n.changes or n.hostname in p.resumed)
+    flashed = {m.hostname for m in p.firmware}
+    moving = sum(1 for n in p.nodes if n.changes or n.hostname in p.resumed
+                 or n.hostname in flashed)
     return (f"{moving} of {len(p.nodes)} {which}nodes move to bundle {p.bundle} in "
             f"{len(p.batches)} batch(es), planned {p.planned_s / 60:.0f} min")
 
@@ -118,6 +132,9 @@ def plan_report(p: UpgradePlan) -> UpgradePlanReport:
         nodes=[PlanNode(hostname=n.hostname, domain=n.domain, control_plane=n.control_plane,
                         changes=list(n.changes), reboot=n.reboot, node_s=n.node_s)
                for n in p.nodes],
+        firmware=[FirmwareMoveView(hostname=m.hostname, component=m.component, old=m.old,
+                                   new=m.new, reset=m.reset, direction=m.direction)
+                  for m in p.firmware],
         batches=p.batches, workers_wait=p.workers_wait, order=p.order,
         control_planes_first=p.control_planes_first,
         max_unavailable=p.max_unavailable,

@@ -105,6 +105,16 @@ class Change:
 
 
 @dataclass(frozen=True)
+class FirmwareMove:
+    hostname: str
+    component: str  # as the BMC names it: BMC, BIOS, ...
+    old: str | None  # None: never recorded (the node was not inspected)
+    new: str
+    reset: str  # power_cycle | bmc_reset | next_boot | none
+    direction: str  # upgrade | downgrade | change
+
+
+@dataclass(frozen=True)
 class NodePlan:
     hostname: str
     domain: str
@@ -133,6 +143,7 @@ class UpgradePlan:
     # selected nodes an earlier apply left part-way: apply takes them up again
     resumed: list[str] = field(default_factory=list)
     selected_of: int = 0  # how many servers the site has (the selection's whole)
+    firmware: list[FirmwareMove] = field(default_factory=list)  # upgrade/firmware.py
 
     @property
     def ok(self) -> bool:
@@ -143,7 +154,7 @@ class UpgradePlan:
         """Every selected node already runs every version the bundle pins (a re-run after
         a finished apply), no chart moves and no node is part-way: apply would touch
         nothing."""
-        return (self.ok and not self.changes and not self.resumed
+        return (self.ok and not self.changes and not self.resumed and not self.firmware
                 and not any(n.changes for n in self.nodes))
 
 

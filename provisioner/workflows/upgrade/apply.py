@@ -30,10 +30,12 @@ from provisioner.kube import KubeClient
 from provisioner.lifecycle import Phase
 from provisioner.profile import Profile, for_site
 from provisioner.state import StateStore, open_read_only
+from provisioner.upgrade import firmware
 from provisioner.upgrade.drift import UPGRADED, latest_upgraded
 from provisioner.upgrade.host import AnsibleInstaller, Installer
 from provisioner.upgrade.plan import (
     PlanOptions,
+    Refusal,
     UpgradePlan,
     effective,
     make_plan,
@@ -124,8 +126,12 @@ def plan(loaded: LoadedSite, bundle_name: str, opts: PlanOptions | None = None,
     names = [p.hostname for p in servers(loaded)]
     current = recorded_versions(store, names, from_software(loaded.site.software).components())
     down, resumed = _as_apply_finds(store, names, {p.hostname for p in hosts})
-    return make_plan(loaded, hosts, target, current, opts, cps, servers(loaded),
-                     down, resumed), target
+    made = make_plan(loaded, hosts, target, current, opts, cps, servers(loaded), down, resumed)
+    placed = {p.block for p in loaded.site.placements}
+    seen = firmware.recorded(store.events() if store is not None else (), names)
+    moves, refusals, warnings = firmware.moves(hosts, target, placed, seen)
+    return dataclasses.replace(made, firmware=moves, refusals=made.refusals + refusals,
+                               warnings=made.warnings + warnings), target
 
 
 def _as_apply_finds(store: StateStore | None, names: Sequence[str], selected: Collection[str]
@@ -161,6 +167,14 @@ def _left_by_up(where: Phase | None, flight: str | None) -> bool:
 
 
 def _refuse(p: UpgradePlan) -> None:
+    if p.firmware and not p.refusals:  # planned and shown, not applied (yet)
+        p = dataclasses.replace(p, refusals=[Refusal(
+            "firmware-not-applied", f"the bundle moves firmware on "
+            f"{len({m.hostname for m in p.firmware})} node(s) ({p.firmware[0].hostname}: "
+            f"{p.firmware[0].component} {p.firmware[0].old or 'unknown'} -> "
+            f"{p.firmware[0].new}), and upgrade apply does not update firmware",
+            "update it with the vendor's tool (or the BMC's own update page), let `up` or "
+            "`bmc inventory` read the new versions, then apply; or drop the firmware pins")])
     if p.refusals:
         raise UpgradeRefused(f"upgrade to {p.bundle} refused: {p.refusals[0].message}"
                              + (f" (and {len(p.refusals) - 1} more)"
