@@ -51,8 +51,10 @@ class StateViews:
         else:
             table = Table(title=f"provision status: site {report.site}", title_justify="left")
             remote = any(n.execution for n in report.nodes)
+            versions = any(n.firmware for n in report.nodes)
             for col in ("node", "rack", "phase", "since", "reason",
-                        *(["execution nodes"] if remote else [])):
+                        *(["execution nodes"] if remote else []),
+                        *(["firmware"] if versions else [])):
                 table.add_column(col)
             for n in report.nodes:
                 color = PHASE_COLOR.get(n.phase, "yellow")
@@ -60,7 +62,9 @@ class StateViews:
                 table.add_row(n.hostname + ("" if n.in_inventory else " (not in inventory)"),
                               n.rack or "-", f"[{color}]{phase}[/]", n.updated_at,
                               escape(n.reason or ""),
-                              *([escape(ran_on(n.execution))] if remote else []))
+                              *([escape(ran_on(n.execution))] if remote else []),
+                              *([escape(", ".join(f"{k} {v}" for k, v in n.firmware.items()))]
+                                if versions else []))
             self.out.print(table)
         power_t = Table(title="rack power in use (nameplate of what is on)",
                         title_justify="left")

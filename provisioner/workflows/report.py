@@ -22,6 +22,7 @@ from provisioner.lifecycle import BEFORE_POWER_ON, POWERED, Phase, steps_from
 from provisioner.profile import Profile, for_site
 from provisioner.results import Out, dump
 from provisioner.state import NodeState, StateStore, backup_dir, backups, open_read_only
+from provisioner.upgrade import firmware
 from provisioner.workflows.steps.bmc import blocked_racks, compare_facts
 
 PLAN_SCHEMA = "provisioner.plan/v1"
@@ -92,6 +93,9 @@ class StatusNode(Out):
     # the node's latest run on execution nodes: which node ran which step (empty when the
     # site has none, or no playbook ran yet)
     execution: list[ExecutionAttempt] = Field(default_factory=list)
+    # firmware component -> version, as the BMC reported them at the node's last
+    # inspection by `up` (empty when never recorded)
+    firmware: dict[str, str] = Field(default_factory=dict)
 
 
 class RackPower(Out):
@@ -224,11 +228,12 @@ def status(loaded: LoadedSite, profile: Profile | None = None) -> StatusReport:
     rack_of = {s.hostname: s.placement.rack for s in servers_}
     ran = _execution(store) if store else {}
     held = cordoned_by(store, states) if store else {}
+    flashed = firmware.recorded(store.events(), list(states)) if store else {}
     nodes = [StatusNode(hostname=h, rack=rack_of.get(h), in_inventory=h in rack_of,
                         phase=st.phase.value,
                         failed_phase=st.failed_phase.value if st.failed_phase else None,
                         reason=st.reason or held.get(h), updated_at=_iso(st.updated_at),
-                        execution=ran.get(h, []))
+                        execution=ran.get(h, []), firmware=flashed.get(h, {}))
              for h, st in sorted(states.items())]
     phases: dict[str, int] = {}
     for st in states.values():

@@ -16,6 +16,7 @@ from provisioner.profile import for_site
 from provisioner.results.upgrade import plan_report
 from provisioner.state import StateStore
 from provisioner.upgrade.plan import PlanOptions
+from provisioner.workflows import report
 from provisioner.workflows.upgrade import apply as apply_mod
 from tests.conftest import EXAMPLE
 from tests.unit.test_upgrade_plan import GOOD
@@ -96,3 +97,9 @@ def test_apply_refuses_a_bundle_that_moves_firmware(site: Path) -> None:
         apply_mod._refuse(p)
     assert [r.code for r in err.value.refusals] == ["firmware-not-applied"]
     assert "dgx01: BMC 24.01 -> 24.09" in str(err.value)
+
+
+def test_status_shows_the_versions_recorded_at_inspection(site: Path) -> None:
+    _inspected(site, "dgx01", {"BMC": "24.01", "BIOS": "1.0.0"})
+    nodes = {n.hostname: n for n in report.status(load(site)).nodes}
+    assert nodes["dgx01"].firmware == {"BMC": "24.01", "BIOS": "1.0.0"}
