@@ -9,6 +9,7 @@ before anything runs. Loading gives file:line:column for every bad key, as the s
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -174,17 +175,25 @@ def _unrecorded(bundle: Bundle, smap: SourceMap) -> list[Finding]:
     return out
 
 
-def bundle_findings(site_dir: Path) -> list[Finding]:
+def bundle_findings(site_dir: Path, blocks: Collection[str] | None = None) -> list[Finding]:
     """Every release bundle of the site checked as `load_bundle` checks it (what `validate`
-    reports): the findings of each one refused, nothing for a bundle that loads."""
+    reports): the findings of each one refused, nothing for a bundle that loads; with
+    `blocks` (the site's placed block names), firmware pinned for another block too."""
     out: list[Finding] = []
     for name in available(site_dir):
         try:
-            load_bundle(site_dir, name)
+            loaded = load_bundle(site_dir, name)
         except ProvisionerError as exc:
             found = getattr(exc, "findings", None) or [
                 Finding("bundle-file", Severity.ERROR, exc.message, exc.hint)]
             out.extend(found)
+            continue
+        out += [Finding("firmware-unknown-block", Severity.ERROR,
+                        f"bundle {name} pins firmware for block '{block}', which the site "
+                        "has no node of", "name a block the site's placements use",
+                        loaded.sources.locate(("firmware", block), at_key=True))
+                for block in sorted(loaded.bundle.firmware)
+                if blocks is not None and block not in blocks]
     return out
 
 

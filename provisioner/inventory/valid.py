@@ -20,7 +20,8 @@ from provisioner.inventory.loader import LoadedSite, load
 def site_findings(loaded: LoadedSite, basis: power.Basis = "nameplate") -> list[Finding]:
     """Everything `validate` reports: the site's checks, then its release bundles' (a bundle
     the roles would install differently from what it says is refused here, not mid-upgrade)."""
-    return check(loaded, basis) + bundle_findings(loaded.base_dir)
+    return check(loaded, basis) + bundle_findings(
+        loaded.base_dir, {p.block for p in loaded.site.placements})
 
 
 def refusing(findings: list[Finding]) -> list[Finding]:

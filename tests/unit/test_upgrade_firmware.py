@@ -11,6 +11,7 @@ import pytest
 
 from provisioner.errors import InventoryError, UpgradeRefused
 from provisioner.inventory import load
+from provisioner.inventory.valid import site_findings
 from provisioner.lifecycle import Phase
 from provisioner.profile import for_site
 from provisioner.results.upgrade import plan_report
@@ -103,3 +104,13 @@ def test_status_shows_the_versions_recorded_at_inspection(site: Path) -> None:
     _inspected(site, "dgx01", {"BMC": "24.01", "BIOS": "1.0.0"})
     nodes = {n.hostname: n for n in report.status(load(site)).nodes}
     assert nodes["dgx01"].firmware == {"BMC": "24.01", "BIOS": "1.0.0"}
+
+
+def test_validate_refuses_firmware_for_a_block_the_site_has_not(site: Path) -> None:
+    (site / "bundles" / "next.yaml").write_text(GOOD + PINS.replace("dgx-h100", "sn9999"))
+    found = [(f.code, f.message, str(f.location)) for f in site_findings(load(site))
+             if f.code == "firmware-unknown-block"]
+    assert [(c, m) for c, m, _ in found] == [
+        ("firmware-unknown-block", "bundle next pins firmware for block 'sn9999', which the "
+                                   "site has no node of")]
+    assert "next.yaml:9" in found[0][2], found
