@@ -59,7 +59,7 @@ def moves(hosts: Sequence[HostPlan], bundle: Bundle, blocks: Iterable[str],
             old = (have or {}).get(comp)
             if old == pin.version:
                 continue
-            way = direction(old, pin.version) if old is not None else "upgrade"
+            way = direction(old, pin.version)  # "change" from an unknown version
             if way == "downgrade" and not pin.downgrade:
                 refusals.append(Refusal(
                     "firmware-downgrade", f"{hp.hostname}: {comp} firmware would go back "

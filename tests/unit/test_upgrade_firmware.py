@@ -60,8 +60,8 @@ def test_each_node_s_firmware_moves_from_what_its_bmc_reported(site: Path) -> No
             for m in p.firmware] == [
         ("dgx01", "BMC", "24.01", "24.09", "bmc_reset", "upgrade"),
         ("dgx01", "BIOS", "1.0.0", "1.1.0", "power_cycle", "upgrade"),
-        ("dgx02", "BMC", None, "24.09", "bmc_reset", "upgrade"),
-        ("dgx02", "BIOS", None, "1.1.0", "power_cycle", "upgrade")]
+        ("dgx02", "BMC", None, "24.09", "bmc_reset", "change"),
+        ("dgx02", "BIOS", None, "1.1.0", "power_cycle", "change")]
     assert any(w.startswith("dgx02: no firmware versions recorded") for w in p.warnings)
     report = plan_report(p)
     assert report.firmware[0].model_dump()["old"] == "24.01"
