@@ -58,7 +58,7 @@ from provisioner.bmc.redfish_map import (
     reset_target,
 )
 from provisioner.bmc.retry import RetryPolicy, poll_until
-from provisioner.errors import BmcProtocolError, BmcRefused, BmcUnsupported
+from provisioner.errors import BmcError, BmcRefused, BmcUnsupported
 
 
 class RedfishDriver(RedfishBase):
@@ -179,16 +179,22 @@ class RedfishDriver(RedfishBase):
         """The UpdateService's FirmwareInventory, else the system's and managers' versions
         (bmc/firmware.py); a BMC that refuses or lacks either tells nothing of it."""
         root = (self._root.json if self._root is not None else None) or {}
-        try:  # an inventory that errors (a 500 while an update runs) is left out, not fatal
+        # Versions are facts beside the rest: a read that fails (a 500 while an update runs,
+        # a 403 for a role without the privilege, a timeout, a malformed collection) leaves
+        # them out rather than failing the node's inspection.
+        try:
             service = self._extra(root.get("UpdateService")
                                   or {"@odata.id": "/redfish/v1/UpdateService"})
             collection = self._extra((service or {}).get("FirmwareInventory"))
             inventory = [item for path in odata_ids(collection or {})
                          if (item := self._extra({"@odata.id": path})) is not None]
-        except BmcProtocolError:
+        except (BmcError, TypeError, AttributeError):
             inventory = []
-        managers = [m for link in (system.get("Links") or {}).get("ManagedBy") or []
-                    if (m := self._extra(link)) is not None]
+        try:
+            managers = [m for link in (system.get("Links") or {}).get("ManagedBy") or []
+                        if isinstance(link, dict) and (m := self._extra(link)) is not None]
+        except (BmcError, TypeError, AttributeError):
+            managers = []
         return firmware.from_redfish(inventory, system, managers)
 
     def _boot_options(self, system: JSON) -> list[JSON]:

@@ -55,7 +55,8 @@ def refused_by_budget(loaded: LoadedSite, nodes: Sequence[str]) -> dict[str, str
 
 def _run(operation: str, site: Any, limit: str | None, json_out: bool, concurrency: int,
          timeout_s: float, request_timeout_s: float, op: Callable[[Any], Any],
-         budget_gate: bool = False) -> None:
+         budget_gate: bool = False,
+         after: Callable[[LoadedSite, list[NodeResult[Any]]], None] | None = None) -> None:
     """`op` on every selected node's BMC. With `budget_gate` (power on, cycle), nodes in an
     over-budget rack are refused before any request. Exit 5 if a BMC operation failed, else
     4 if a node was refused for its rack's budget, else 0."""
@@ -72,6 +73,8 @@ def _run(operation: str, site: Any, limit: str | None, json_out: bool, concurren
                                                  error_kind="BudgetError")
                for t in targets]
     failed = [r for r in ran if not r.ok]
+    if after is not None:
+        after(loaded, ran)
     if json_out:
         from provisioner import results as results_mod
 
@@ -156,9 +159,22 @@ def pxe(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False,
 def inventory(site: SiteArg = None, limit: LimitOpt = None, json_out: JsonOpt = False,
               concurrency: ConcurrencyOpt = bmc_mod.DEFAULT_CONCURRENCY,
               timeout: TimeoutOpt = 120.0, request_timeout: RequestTimeoutOpt = 10.0) -> None:
-    """Hardware facts: vendor, model, serial, CPUs, memory, GPUs, NICs and MACs, PSUs."""
+    """Hardware facts: vendor, model, serial, CPUs, memory, GPUs, NICs and MACs, PSUs,
+    firmware versions (recorded for the nodes the state store knows)."""
     _run("inventory", site, limit, json_out, concurrency, timeout, request_timeout,
-         lambda d: d.hardware_facts())
+         lambda d: d.hardware_facts(), after=_record_firmware)
+
+
+def _record_firmware(loaded: LoadedSite, ran: list[NodeResult[Any]]) -> None:
+    """The firmware versions read, into an existing state store (none is made for them)."""
+    from provisioner.profile import for_site
+    from provisioner.state import StateStore
+    from provisioner.workflows.steps.bmc import record_firmware
+
+    path = for_site(loaded).state_path
+    if path.exists():
+        record_firmware(StateStore(path), {r.node: r.value for r in ran
+                                           if r.ok and r.value is not None})
 
 
 @app.command("power-draw")

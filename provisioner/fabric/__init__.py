@@ -80,16 +80,17 @@ def switch_specs(loaded: LoadedSite, nodes: Collection[str] | None = None) -> li
     ports: dict[str, list[PortSpec]] = {}
     svis: dict[str, dict[str, Svi]] = {}
     for link in resolve(site, loaded.catalog):
+        if nodes is not None and link.node not in nodes:
+            continue
         net = nets.get(link.nic)
         if net is not None and net.switch_gateway and net.gateway and net.vlan:
             svis.setdefault(link.switch, {})[net.name] = Svi(
                 net.name, net.vlan, f"{net.gateway}/{net.cidr.prefixlen}", net.mtu)
-        if nodes is None or link.node in nodes:
-            vlan = link_vlan(nets, link)
-            ports.setdefault(link.switch, []).append(
-                PortSpec(link.switch_port, f"{link.node} {link.nic}", link.switch_mtu_bytes,
-                         _breakout(eps.get(link.switch), link.switch_port),
-                         vlan[0] if vlan else None, bool(vlan and vlan[1])))
+        vlan = link_vlan(nets, link)
+        ports.setdefault(link.switch, []).append(
+            PortSpec(link.switch_port, f"{link.node} {link.nic}", link.switch_mtu_bytes,
+                     _breakout(eps.get(link.switch), link.switch_port),
+                     vlan[0] if vlan else None, bool(vlan and vlan[1])))
     for up in site.cabling.uplinks if nodes is None else ():
         ports.setdefault(up.switch, []).append(
             PortSpec(up.switch_port, "uplink", site.cabling.switch_mtu_bytes,

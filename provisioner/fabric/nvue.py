@@ -105,8 +105,9 @@ def _vlans(interfaces: dict[str, Any]) -> dict[str, tuple[int, bool]]:
     out: dict[str, tuple[int, bool]] = {}
     for name, i in interfaces.items():
         domain = (((i or {}).get("bridge") or {}).get("domain") or {}).get("br_default") or {}
-        if domain.get("access") is not None:
-            out[name] = (int(domain["access"]), False)
-        elif len(domain.get("vlan") or {}) == 1:
-            out[name] = (int(next(iter(domain["vlan"]))), True)
+        access, tagged = domain.get("access"), [str(v) for v in domain.get("vlan") or {}]
+        if access is not None and str(access).isdigit():
+            out[name] = (int(access), False)
+        elif len(tagged) == 1 and tagged[0].isdigit():  # a range or list is not one VLAN
+            out[name] = (int(tagged[0]), True)
     return out

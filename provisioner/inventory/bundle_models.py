@@ -188,9 +188,11 @@ def bundle_findings(site_dir: Path, blocks: Collection[str] | None = None) -> li
                 Finding("bundle-file", Severity.ERROR, exc.message, exc.hint)]
             out.extend(found)
             continue
-        out += [Finding("firmware-unknown-block", Severity.ERROR,
+        # a warning: a bundle written for blocks since retired must not stop every command
+        out += [Finding("firmware-unknown-block", Severity.WARNING,
                         f"bundle {name} pins firmware for block '{block}', which the site "
-                        "has no node of", "name a block the site's placements use",
+                        "has no node of: nothing of it is planned",
+                        "name a block the site's placements use, or drop the entry",
                         loaded.sources.locate(("firmware", block), at_key=True))
                 for block in sorted(loaded.bundle.firmware)
                 if blocks is not None and block not in blocks]

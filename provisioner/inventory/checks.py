@@ -231,7 +231,8 @@ def _networks(loaded: LoadedSite, emit: Emit) -> None:
                     emit("address-outside-cidr", path,
                          f"{node.hostname}: {addr} is the network or broadcast address of "
                          f"{entry[1].cidr}", "use a host address")
-                elif addr == entry[1].gateway and node.management is None:
+                elif (addr == entry[1].gateway and entry[1].switch_gateway
+                      and node.management is None):  # the leaf's SVI holds it
                     emit("duplicate-ip", path,
                          f"{node.hostname}: {addr} is network {net_name}'s gateway",
                          "give the node another address, or the network its router's")

@@ -96,12 +96,17 @@ def test_a_switch_gateway_needs_an_address_one_leaf_and_an_svi_renderer(
     assert codes["switch-gateway-unsupported"] == (
         "mgmt01 runs cisco_ios, whose rendering carries port descriptions only: no SVI "
         "would hold roce's gateway 10.250.2.1")
-    # a host given the gateway's address
+    # a host given the address the leaf's SVI holds; where the gateway is elsewhere (a
+    # server may be the router, as a head node doing NAT is) nothing is said
     (tmp_path / "c").mkdir()
     clash = _copy(tmp_path / "c", ("site.yaml", ROCE, ROCE.replace(
-        "}", ", gateway: 10.250.2.21}")))
+        "}", ", gateway: 10.250.2.21, switch_gateway: true}")))
     assert [(c, m) for c, m, _ in _errors(clash)] == [
         ("duplicate-ip", "dgx01: 10.250.2.21 is network roce's gateway")]
+    (tmp_path / "d").mkdir()
+    router = _copy(tmp_path / "d", ("site.yaml", ROCE, ROCE.replace(
+        "}", ", gateway: 10.250.2.21}")))
+    assert _errors(router) == []
 
 
 @pytest.mark.parametrize("nos", ["cumulus", "onyx", "sonic", "eos"])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.bmc.base import FirmwareFact, HardwareFacts
 from provisioner.errors import InventoryError, UpgradeRefused
 from provisioner.inventory import load
 from provisioner.inventory.valid import site_findings
@@ -16,8 +17,10 @@ from provisioner.lifecycle import Phase
 from provisioner.profile import for_site
 from provisioner.results.upgrade import plan_report
 from provisioner.state import StateStore
+from provisioner.upgrade import firmware
 from provisioner.upgrade.plan import PlanOptions
 from provisioner.workflows import report
+from provisioner.workflows.steps.bmc import record_firmware
 from provisioner.workflows.upgrade import apply as apply_mod
 from tests.conftest import EXAMPLE
 from tests.unit.test_upgrade_plan import GOOD
@@ -70,16 +73,16 @@ def test_each_node_s_firmware_moves_from_what_its_bmc_reported(site: Path) -> No
     assert {m.hostname for m in _plan(site, GOOD + PINS).firmware} == {"dgx01"}
 
 
-def test_a_downgrade_and_an_unknown_block_are_refused(site: Path) -> None:
+def test_a_downgrade_is_refused_and_an_unknown_block_said(site: Path) -> None:
     _inspected(site, "dgx01", {"BMC": "24.10", "BIOS": "1.0.0"})
     p = _plan(site, GOOD + PINS + f"""\
   sn9999:
     BIOS: {{version: "2", image: "http://mirror.example/x.bin", sha256: {SHA}}}
 """)
     assert [(r.code, r.message) for r in p.refusals] == [
-        ("firmware-unknown-block", "the bundle pins firmware for block 'sn9999', which the "
-                                   "site has no node of"),
         ("firmware-downgrade", "dgx01: BMC firmware would go back from 24.10 to 24.09")]
+    assert "the bundle pins firmware for block 'sn9999', which the site has no node of: " \
+        "nothing of it is planned" in p.warnings
     allowed = _plan(site, GOOD + PINS.replace("reset: bmc_reset", "reset: bmc_reset, "
                                                                   "downgrade: true"))
     assert allowed.ok and allowed.firmware[0].direction == "downgrade"
@@ -112,5 +115,42 @@ def test_validate_refuses_firmware_for_a_block_the_site_has_not(site: Path) -> N
              if f.code == "firmware-unknown-block"]
     assert [(c, m) for c, m, _ in found] == [
         ("firmware-unknown-block", "bundle next pins firmware for block 'sn9999', which the "
-                                   "site has no node of")]
+                                   "site has no node of: nothing of it is planned")]
     assert "next.yaml:9" in found[0][2], found
+
+
+def test_one_version_written_two_ways_is_not_a_move_and_every_number_orders(
+        site: Path) -> None:
+    # IPMI's BCD minor "9.08" against a pin of "9.8": the same version; "1.45a" and "1.45b"
+    # have the same numbers: a change, never a refused downgrade
+    _inspected(site, "dgx01", {"BMC": "9.08", "BIOS": "1.45b"})
+    p = _plan(site, GOOD + PINS.replace('"24.09"', '"9.8"').replace('"1.1.0"', '"1.45a"'))
+    assert p.ok, p.refusals
+    assert [(m.component, m.direction) for m in p.firmware if m.hostname == "dgx01"] == [
+        ("BIOS", "change")]
+    # a build number after a dash orders too (the upgrade plan's own rule ignored it); read
+    # again by `bmc inventory` (the last read wins)
+    StateStore(for_site(load(site)).state_path).record(
+        "dgx01", firmware.SEEN, {"firmware": {"BMC": "24.09-2", "BIOS": "1.1.0"}})
+    p = _plan(site, GOOD + PINS.replace('"24.09"', '"24.09-1"'))
+    assert [r.message for r in p.refusals] == [
+        "dgx01: BMC firmware would go back from 24.09-2 to 24.09-1"]
+
+
+def test_a_component_the_bmc_does_not_report_is_said(site: Path) -> None:
+    _inspected(site, "dgx01", {"BMC": "24.01"})  # an IPMI BMC: no BIOS version
+    p = _plan(site, GOOD + PINS)
+    assert ("dgx01 BIOS: the BMC reports no such component (pin it as `bmc inventory` "
+            "names it): planned from unknown") in p.warnings
+
+
+def test_bmc_inventory_records_the_versions_of_enrolled_nodes(site: Path) -> None:
+    store = StateStore(for_site(load(site)).state_path)
+    store.enroll(["dgx01"])
+    facts = {h: HardwareFacts(firmware=(FirmwareFact("BMC", "BMC", "24.09"),))
+             for h in ("dgx01", "dgx99")}
+    assert record_firmware(store, facts) == ["dgx01"]  # dgx99: not enrolled, not recorded
+    assert firmware.recorded(store.events(), ["dgx01"]) == {"dgx01": {"BMC": "24.09"}}
+    # what `upgrade plan` then moves from: the pin is reached, nothing moves on dgx01
+    assert {m.hostname for m in _plan(site, GOOD + PINS).firmware
+            if m.component == "BMC"} == {"dgx02"}

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +15,8 @@ from provisioner.bmc.base import HardwareFacts
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import HostPlan, ansible_host
 from provisioner.lifecycle import BEFORE_POWER_ON, STEP_FROM, Phase
+from provisioner.state import StateStore
+from provisioner.upgrade import firmware
 from provisioner.workflows.engine import Session, StepFailed
 from provisioner.workflows.steps import Context, guard, intent
 
@@ -226,3 +228,17 @@ class Boot:
         driver.set_power(PowerAction.ON, self.power_timeout_s)
         return {"boot": method, "device": setting.device.value, "verified": setting.verified,
                 "was": was.value, "power": "on", "intent_id": token, **found}
+
+
+def record_firmware(store: StateStore, facts: Mapping[str, HardwareFacts]) -> list[str]:
+    """`bmc inventory`'s firmware versions into the state store, for the nodes it has
+    enrolled: what `upgrade plan` moves a bundle's firmware from, after an update done by
+    other means (`up` reads them again only when it inspects). The nodes recorded."""
+    known = {n.hostname for n in store.nodes()}
+    done = []
+    for host, f in sorted(facts.items()):
+        if host in known and f.firmware:
+            store.record(host, firmware.SEEN, {"firmware": {x.id: x.version
+                                                            for x in f.firmware}})
+            done.append(host)
+    return done
