@@ -21,6 +21,9 @@ from provisioner.errors import BmcUnreachable
 from provisioner.inventory import topology
 from provisioner.lab import redfish_shape
 from provisioner.lab.overlay import load  # the site with the running lab's endpoints
+from provisioner.profile import for_site
+from provisioner.state import StateStore
+from provisioner.upgrade import firmware
 from provisioner.workflows.steps.bmc import compare_facts
 from tests.integration.conftest import provision, requires_ipmi_sim
 
@@ -207,6 +210,15 @@ def test_readme_acceptance_sequence(site_copy):
         on = provision("bmc", "on", s)
         assert on.returncode == 0, on.stdout + on.stderr
         assert "6 ok, 0 failed" in on.stdout
+        # `bmc inventory` records the firmware it read for the nodes the store knows (what
+        # `upgrade plan` moves a bundle's firmware from): dgx01 enrolled, cp01 not
+        store = StateStore(for_site(load(site_copy)).state_path)
+        store.enroll(["dgx01"])
+        inv = provision("bmc", "inventory", s, "--limit", "dgx01,cp01")
+        assert inv.returncode == 0, inv.stdout + inv.stderr
+        assert "firmware BMC 1.00" in inv.stdout
+        assert firmware.recorded(store.events(), ["dgx01", "cp01"]) == {
+            "dgx01": {"BMC": "1.00"}}
     finally:
         down = provision("lab", "down", s)
     assert down.returncode == 0
