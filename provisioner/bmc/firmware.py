@@ -42,6 +42,11 @@ def from_redfish(inventory: Iterable[JSON], system: JSON,
     return tuple(out)
 
 
+def versions(facts: Iterable[FirmwareFact]) -> dict[str, str]:
+    """Component -> version: what the state store records of a read."""
+    return {f.id: f.version for f in facts}
+
+
 def from_device_id(data: Sequence[int]) -> FirmwareFact | None:
     """The BMC's firmware revision from Get Device ID's response data (completion code
     stripped, as pyghmi's raw_command gives it), as major.minor ("9.08")."""

@@ -30,7 +30,7 @@ class ChangeView(Out):
 class FirmwareMoveView(Out):
     hostname: str
     component: str  # as the BMC names it: BMC, BIOS, ...
-    old: str | None  # null: never recorded (the node was not inspected since)
+    old: str | None  # null: never recorded (no read of the node's BMC reported it)
     new: str
     reset: str  # power_cycle | bmc_reset | next_boot | none
     direction: str  # upgrade | downgrade | change
@@ -113,9 +113,9 @@ def plan_summary(p: UpgradePlan) -> str:
                else f"all {len(p.nodes)} {which}nodes are")
         return (f"nothing to do: {who} on bundle {p.bundle} (every version it pins is "
                 "what runs)")
-    flashed = {m.hostname for m in p.firmware}
+    to_flash = {m.hostname for m in p.firmware}
     moving = sum(1 for n in p.nodes if n.changes or n.hostname in p.resumed
-                 or n.hostname in flashed)
+                 or n.hostname in to_flash)
     return (f"{moving} of {len(p.nodes)} {which}nodes move to bundle {p.bundle} in "
             f"{len(p.batches)} batch(es), planned {p.planned_s / 60:.0f} min")
 

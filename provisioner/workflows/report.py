@@ -93,8 +93,8 @@ class StatusNode(Out):
     # the node's latest run on execution nodes: which node ran which step (empty when the
     # site has none, or no playbook ran yet)
     execution: list[ExecutionAttempt] = Field(default_factory=list)
-    # firmware component -> version, as the BMC reported them at the node's last
-    # inspection by `up` (empty when never recorded)
+    # firmware component -> version, as the BMC reported them at the node's last read
+    # (`up`'s inspection or `bmc inventory`; empty when never recorded)
     firmware: dict[str, str] = Field(default_factory=dict)
 
 
@@ -228,12 +228,12 @@ def status(loaded: LoadedSite, profile: Profile | None = None) -> StatusReport:
     rack_of = {s.hostname: s.placement.rack for s in servers_}
     ran = _execution(store) if store else {}
     held = cordoned_by(store, states) if store else {}
-    flashed = firmware.recorded(store.events(), list(states)) if store else {}
+    versions = firmware.recorded(store.events(), list(states)) if store else {}
     nodes = [StatusNode(hostname=h, rack=rack_of.get(h), in_inventory=h in rack_of,
                         phase=st.phase.value,
                         failed_phase=st.failed_phase.value if st.failed_phase else None,
                         reason=st.reason or held.get(h), updated_at=_iso(st.updated_at),
-                        execution=ran.get(h, []), firmware=flashed.get(h, {}))
+                        execution=ran.get(h, []), firmware=versions.get(h, {}))
              for h, st in sorted(states.items())]
     phases: dict[str, int] = {}
     for st in states.values():

@@ -12,6 +12,7 @@ from provisioner import bmc as bmc_mod
 from provisioner import install, power
 from provisioner.bmc import BmcDriver, BmcTarget, BootDevice, PowerAction, PowerState
 from provisioner.bmc.base import HardwareFacts
+from provisioner.bmc.firmware import versions as firmware_versions
 from provisioner.inventory.loader import LoadedSite
 from provisioner.inventory.topology import HostPlan, ansible_host
 from provisioner.lifecycle import BEFORE_POWER_ON, STEP_FROM, Phase
@@ -132,7 +133,7 @@ class Inspect:
         return {"vendor": facts.vendor, "model": facts.model, "serial": facts.serial,
                 "gpus": facts.gpu_count, "macs": list(facts.macs),
                 "power": facts.power_state.value, "notes": notes,
-                "firmware": {f.id: f.version for f in facts.firmware}}
+                "firmware": firmware_versions(facts.firmware)}
 
 
 def refuse_installed(ctx: Context, host: str, reinstall: frozenset[str]) -> dict[str, Any]:
@@ -238,7 +239,6 @@ def record_firmware(store: StateStore, facts: Mapping[str, HardwareFacts]) -> li
     done = []
     for host, f in sorted(facts.items()):
         if host in known and f.firmware:
-            store.record(host, firmware.SEEN, {"firmware": {x.id: x.version
-                                                            for x in f.firmware}})
+            store.record(host, firmware.SEEN, {"firmware": firmware_versions(f.firmware)})
             done.append(host)
     return done
